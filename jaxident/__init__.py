@@ -1,0 +1,30 @@
+import importlib.metadata
+
+from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
+from ._identify._css import (
+    identifiability_frequency as identifiability_frequency,
+    select_parameters as select_parameters,
+    Selection as Selection,
+)
+from ._linalg._css._gks import GKS as GKS
+from ._linalg._css._lrrqr import LRRQR as LRRQR
+from ._linalg._css._qrcp import QRCP as QRCP
+from ._linalg._css._rrqr import RRQR as RRQR
+from ._linalg._css._srrqr import StrongRRQR as StrongRRQR
+from ._linalg._rank import (
+    AbsoluteTolerance as AbsoluteTolerance,
+    LargestGap as LargestGap,
+    RelativeTolerance as RelativeTolerance,
+)
+from ._model import AbstractModel as AbstractModel, Integrator as Integrator, ODEModel as ODEModel
+from ._parameters import Parameters as Parameters, ParameterValues as ParameterValues
+from ._sensitivity import (
+    Sensitivity as Sensitivity,
+    sensitivity as sensitivity,
+    sensitivity_matrix as sensitivity_matrix,
+)
+from ._simulate import simulate as simulate, Trajectory as Trajectory
+from ._sweep import latin_hypercube as latin_hypercube, sweep as sweep, SweepResult as SweepResult
+
+
+__version__ = importlib.metadata.version("jaxident")

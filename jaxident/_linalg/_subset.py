@@ -1,0 +1,114 @@
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from ._css._base import AbstractColumnSelectionMethod, ColumnSelection
+from ._css._srrqr import StrongRRQR
+from ._misc import after, reduce_to_square, svdvals
+from ._rank import AbstractRankRule, RelativeTolerance, warn_if_low_precision
+from ._results import RESULTS
+
+
+def check_matrix(S: ArrayLike, what: str = "S") -> Array:
+    """Trace-time checks of a matrix argument."""
+    if not hasattr(S, "shape"):
+        S = np.asarray(S)
+    if len(S.shape) != 2:
+        raise ValueError(
+            f"{what} must be a 2-D (n, p) matrix, got shape {tuple(S.shape)}. For a batch of "
+            "matrices use jax.vmap or ji.sweep."
+        )
+    if S.shape[1] == 0:
+        raise ValueError(f"{what} has no columns.")
+    S = jnp.asarray(S)
+    if not jnp.issubdtype(S.dtype, jnp.floating):
+        S = S.astype(float)
+    warn_if_low_precision(S)
+    return S
+
+
+def check_k(k, p: int):
+    if k is None:
+        return None
+    if isinstance(k, (int, np.integer)):
+        if not 0 <= int(k) <= p:
+            raise ValueError(f"k must lie in [0, p] = [0, {p}], got k={int(k)}.")
+        return int(k)
+    k = jnp.asarray(k)
+    if k.shape != () or not jnp.issubdtype(k.dtype, jnp.integer):
+        raise TypeError(f"k must be an integer scalar, got {k!r}.")
+    return jnp.clip(k, 0, p).astype(jnp.int32)
+
+
+@eqx.filter_jit
+def _column_subset(S, k, method, rank, throw):
+    n, p = S.shape
+    finite = jnp.all(jnp.isfinite(S))
+    S = jnp.where(finite, S, 0.0)
+    if k is None:
+        # The rank needs the singular values; reduce to the p x p factor once.
+        S = reduce_to_square(S)
+        sigma = svdvals(S)
+        k = rank(sigma, (n, p))
+        S = after(S, sigma)
+    elif n < p:
+        S = jnp.concatenate([S, jnp.zeros((p - n, p), S.dtype)], axis=0)
+    sel = method(S, k)
+    result = RESULTS.where(finite, sel.result, RESULTS.nonfinite_input)
+    R = jnp.where(finite, sel.R, jnp.nan)
+    sel = eqx.tree_at(lambda s: (s.R, s.result), sel, (R, result))
+    if throw:
+        sel = result.error_if(sel, result != RESULTS.successful)
+    return sel
+
+
+def column_subset(
+    S: ArrayLike,
+    k: int | ArrayLike | None = None,
+    *,
+    method: AbstractColumnSelectionMethod = StrongRRQR(),
+    rank: AbstractRankRule = RelativeTolerance(),
+    throw: bool = True,
+) -> ColumnSelection:
+    """Column subset selection `S[:, perm] = Q R`, selected columns first.
+
+    **Arguments:**
+
+    - `S`: an `(n, p)` matrix (a sensitivity matrix: rows are observations, columns are
+      parameters). `n < p` is allowed.
+    - `k`: the number of columns to select. `None` (default) uses `rank`.
+    - `method`: `StrongRRQR(f)` (default, Algorithm 4.4), `RRQR()` (4.1, PCA B1),
+      `LRRQR()` (4.2, PCA B4), `GKS()` (4.3, PCA B3) or `QRCP()`.
+    - `rank`: the rank rule used when `k` is `None`.
+    - `throw`: raise on a failed selection (non-finite input, singular `R11`, the swap cap
+      reached). With `throw=False` the status is in the result instead; use that under
+      `vmap` so that one bad matrix does not stop a batch.
+
+    **Returns:** a `ColumnSelection`.
+
+    **Raises:** `ValueError` for a matrix that is not 2-D or a `k` outside `[0, p]`;
+    an `EquinoxRuntimeError` at run time when `throw=True` and the selection fails.
+
+    **Example:**
+
+    ```python
+    sel = ji.linalg.column_subset(S, k=3, method=ji.linalg.StrongRRQR(f=1.5))
+    sel.perm[:3]  # the selected columns
+    ```
+    """
+    S = check_matrix(S)
+    k = check_k(k, S.shape[1])
+    if not isinstance(method, AbstractColumnSelectionMethod):
+        raise TypeError(
+            f"method must be a column-selection method such as StrongRRQR(), got {method!r}."
+        )
+    if not isinstance(rank, AbstractRankRule):
+        raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
+    return _column_subset(S, k, method, rank, throw)
+
+
+def srrqr(S: ArrayLike, k: int | ArrayLike | None = None, f: float = 1.01, **kwargs):
+    """Strong rank-revealing QR of `S` with parameter `f`: shorthand for
+    `column_subset(S, k, method=StrongRRQR(f=f))`."""
+    return column_subset(S, k, method=StrongRRQR(f=f), **kwargs)

@@ -1,0 +1,301 @@
+"""Latin-hypercube sampling and chunked, vmapped sweeps."""
+
+import json
+import pathlib
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ._context import no_throw
+from ._parameters import Parameters
+
+
+def _as_bounds(bounds) -> tuple[Array, Array]:
+    if isinstance(bounds, Parameters):
+        lo, up = bounds.lower, bounds.upper
+    elif isinstance(bounds, tuple) and len(bounds) == 2:
+        lo, up = jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float)
+    else:
+        b = jnp.asarray(bounds, float)
+        if b.ndim != 2 or b.shape[1] != 2:
+            raise ValueError(
+                f"bounds must be a (p, 2) array of [lower, upper] rows, a (lower, upper) pair, "
+                f"or a ji.Parameters; got an array of shape {b.shape}."
+            )
+        lo, up = b[:, 0], b[:, 1]
+    if lo.ndim != 1 or lo.shape != up.shape:
+        raise ValueError(f"lower and upper bounds have shapes {lo.shape} and {up.shape}.")
+    if not isinstance(lo, jax.core.Tracer) and not isinstance(up, jax.core.Tracer):
+        lo_np, up_np = np.asarray(lo), np.asarray(up)
+        if not (np.all(np.isfinite(lo_np)) and np.all(np.isfinite(up_np))):
+            raise ValueError("Latin-hypercube bounds must be finite.")
+        bad = np.flatnonzero(lo_np > up_np)
+        if bad.size:
+            raise ValueError(f"Lower bound above upper bound in dimensions {bad.tolist()}.")
+    return lo, up
+
+
+def latin_hypercube(key: PRNGKeyArray, bounds: Any, n: int) -> Float[Array, "n p"]:
+    """`n` Latin-hypercube samples of a box (McKay, Beckman & Conover 1979).
+
+    Each coordinate's range is cut into `n` equal strata; every stratum holds exactly one
+    sample, at a uniform position inside it, and the strata are matched across
+    coordinates by independent random permutations.
+
+    **Arguments:**
+
+    - `key`: a `jax.random` key.
+    - `bounds`: a `ji.Parameters`, a `(p, 2)` array of `[lower, upper]` rows, or a pair
+      `(lower, upper)`.
+    - `n`: the number of samples.
+
+    **Returns:** an `(n, p)` array.
+
+    **Example:**
+
+    ```python
+    samples = ji.latin_hypercube(jax.random.key(0), model.parameters.bounds, 10_000)
+    ```
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}.")
+    lo, up = _as_bounds(bounds)
+    p = lo.shape[0]
+    kperm, kjit = jax.random.split(key)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(kperm, p))
+    u = (perms.T.astype(lo.dtype) + jax.random.uniform(kjit, (n, p), dtype=lo.dtype)) / n
+    return lo + u * (up - lo)
+
+
+class SweepResult(eqx.Module):
+    """The outputs of `ji.sweep`, on the host.
+
+    **Fields:**
+
+    - `values`: the function's outputs, each leaf a NumPy array with a leading axis of
+      length `n` (memory-mapped `.npy` files when `out_dir` was given). Failed samples
+      hold NaN (or the function's own failure values).
+    - `ok`: boolean `(n,)`, `False` for failed samples.
+    - `samples`: the inputs.
+    - `compile_seconds`, `run_seconds`: the one-off compilation (0 when a previous sweep
+      of the same function and input shapes was reused) and the evaluation time.
+    """
+
+    values: Any
+    ok: np.ndarray
+    samples: Any
+    compile_seconds: float
+    run_seconds: float
+
+    @property
+    def n_failed(self) -> int:
+        return int((~self.ok).sum())
+
+    @property
+    def failed(self) -> np.ndarray:
+        """Indices of the failed samples."""
+        return np.flatnonzero(~self.ok)
+
+    def __repr__(self) -> str:
+        n = self.ok.shape[0]
+        return (
+            f"SweepResult(n={n}, failed={self.n_failed}, compile={self.compile_seconds:.2f}s, "
+            f"run={self.run_seconds:.2f}s)"
+        )
+
+
+def _default_ok(out) -> Array:
+    """A sample succeeded if its output says so (an `ok` field, as on `Sensitivity`,
+    `Selection` and `Trajectory`), else if all its floating values are finite."""
+    flag = getattr(out, "ok", None)
+    if flag is not None and not callable(flag):
+        return jnp.asarray(flag, bool)
+    leaves = [x for x in jax.tree.leaves(out) if eqx.is_inexact_array(x)]
+    ok = jnp.asarray(True)
+    for x in leaves:
+        ok = ok & jnp.all(jnp.isfinite(x))
+    return ok
+
+
+# Compiled chunk functions, per user function (weakly held) and input signature, so that
+# sweeping the same function again does not recompile.
+_COMPILED: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _compiled_for(fn, okfn, first):
+    sig = (
+        okfn,
+        jax.tree.structure(first),
+        tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(first)),
+    )
+    try:
+        per_fn = _COMPILED.setdefault(fn, {})
+    except TypeError:  # not weak-referenceable
+        per_fn = {}
+    if sig in per_fn:
+        return per_fn[sig], 0.0
+
+    def one(sample):
+        out = fn(sample)
+        return out, okfn(out)
+
+    t0 = time.perf_counter()
+    with no_throw():
+        compiled = jax.jit(jax.vmap(one)).lower(first).compile()
+        out_shapes = jax.eval_shape(jax.vmap(one), first)
+    per_fn[sig] = (compiled, out_shapes)
+    return per_fn[sig], time.perf_counter() - t0
+
+
+def _progress_bar(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="sample", smoothing=0.1)
+
+
+def sweep(
+    fn: Callable,
+    samples: Any,
+    *,
+    batch_size: int = 256,
+    progress: bool = True,
+    ok: Callable | None = None,
+    out_dir: str | pathlib.Path | None = None,
+    desc: str = "sweep",
+) -> SweepResult:
+    """Evaluate `fn` on every sample, in chunks of `batch_size` under one compiled
+    `jax.vmap`, with a progress bar and per-sample failure flags.
+
+    Run-time failures inside `fn` do not stop the sweep: jaxident's entry points are
+    traced with `throw=False`, so a failed ODE solve or selection gives NaN values and
+    `ok = False` for that sample only. Peak device memory depends on `batch_size`, not
+    on the number of samples; with `out_dir`, host memory does not either.
+
+    **Arguments:**
+
+    - `fn`: a function of one sample (e.g. a parameter vector) returning a PyTree of
+      arrays or jaxident results.
+    - `samples`: an array (or PyTree of arrays) with a leading sample axis.
+    - `batch_size`: samples per chunk (the last chunk is padded, so there is a single
+      compilation).
+    - `progress`: show a progress bar (tqdm).
+    - `ok`: `ok(output) -> bool` per sample; default: the output's `ok` field if it has
+      one, else "all floating values finite".
+    - `out_dir`: write the results to `.npy` files in this directory as they come and
+      record finished chunks, so that a crashed sweep, re-run with the same arguments,
+      resumes without recomputing them.
+
+    **Returns:** a `SweepResult`.
+
+    **Example:**
+
+    ```python
+    samples = ji.latin_hypercube(jax.random.key(0), model.parameters.bounds, 10_000)
+    res = ji.sweep(lambda th: ji.sensitivity_matrix(model, th), samples)
+    res.values.shape, res.n_failed   # (10000, 31, 4), 0
+    ```
+    """
+    leaves, treedef = jax.tree.flatten(samples)
+    if not leaves:
+        raise ValueError("samples is empty.")
+    leaves = [np.asarray(x) for x in leaves]
+    n = leaves[0].shape[0]
+    if any(x.ndim == 0 or x.shape[0] != n for x in leaves):
+        raise ValueError("Every leaf of samples needs the same leading (sample) axis.")
+    if n == 0:
+        raise ValueError("samples has no samples.")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    batch_size = int(min(batch_size, n))
+    okfn = _default_ok if ok is None else ok
+
+    def chunk(start):
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        parts = []
+        for x in leaves:
+            c = x[start:stop]
+            if pad:
+                c = np.concatenate([c, np.repeat(c[-1:], pad, axis=0)], axis=0)
+            parts.append(c)
+        return jax.tree.unflatten(treedef, parts), stop - start
+
+    first, _ = chunk(0)
+    (compiled, (val_shapes, _)), compile_seconds = _compiled_for(fn, okfn, first)
+    v_leaves, v_treedef = jax.tree.flatten(val_shapes)
+
+    state_file = None
+    done: set[int] = set()
+    if out_dir is not None:
+        out_dir = pathlib.Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        state_file = out_dir / "sweep_state.json"
+        signature = {
+            "n": n,
+            "batch_size": batch_size,
+            "leaves": [list(s.shape[1:]) for s in v_leaves],
+        }
+        if state_file.exists():
+            state = json.loads(state_file.read_text())
+            if state.get("signature") == signature:
+                done = set(state.get("done", []))
+        mode = "r+" if done else "w+"
+
+        def alloc(i, shape, dtype):
+            return np.lib.format.open_memmap(
+                out_dir / f"leaf{i}.npy", mode=mode, dtype=dtype, shape=(n, *shape)
+            )
+
+        host = [alloc(i, s.shape[1:], s.dtype) for i, s in enumerate(v_leaves)]
+        ok_host = np.lib.format.open_memmap(out_dir / "ok.npy", mode=mode, dtype=bool, shape=(n,))
+    else:
+        host = [np.empty((n, *s.shape[1:]), dtype=s.dtype) for s in v_leaves]
+        ok_host = np.empty((n,), dtype=bool)
+
+    bar = _progress_bar(n, progress, desc)
+    failed = 0
+    t0 = time.perf_counter()
+    try:
+        for start in range(0, n, batch_size):
+            if start in done:
+                if bar is not None:
+                    bar.update(min(batch_size, n - start))
+                continue
+            c, m = chunk(start)
+            vals, oks = compiled(c)
+            oks = np.asarray(oks)[:m]
+            for h, v in zip(host, jax.tree.leaves(vals)):
+                h[start : start + m] = np.asarray(v)[:m]
+            ok_host[start : start + m] = oks
+            failed += int((~oks).sum())
+            if state_file is not None:
+                for h in host:
+                    h.flush()
+                ok_host.flush()
+                done.add(start)
+                state_file.write_text(json.dumps({"signature": signature, "done": sorted(done)}))
+            if bar is not None:
+                bar.update(m)
+                if failed:
+                    bar.set_postfix(failed=failed)
+    finally:
+        if bar is not None:
+            bar.close()
+    run_seconds = time.perf_counter() - t0
+    values = jax.tree.unflatten(v_treedef, host)
+    return SweepResult(
+        values=values,
+        ok=np.asarray(ok_host),
+        samples=samples,
+        compile_seconds=compile_seconds,
+        run_seconds=run_seconds,
+    )

@@ -1,0 +1,25 @@
+"""The jitted, vmappable linear-algebra core: column subset selection, numerical rank,
+selection metrics. Pure `jax.numpy`/`lax`; no ODE solver."""
+
+from .. import _config as _config
+from .._linalg._css._base import (
+    AbstractColumnSelectionMethod as AbstractColumnSelectionMethod,
+    ColumnSelection as ColumnSelection,
+)
+from .._linalg._css._gks import GKS as GKS
+from .._linalg._css._lrrqr import LRRQR as LRRQR
+from .._linalg._css._qrcp import QRCP as QRCP
+from .._linalg._css._rrqr import RRQR as RRQR
+from .._linalg._css._srrqr import StrongRRQR as StrongRRQR
+from .._linalg._metrics import css_metrics as css_metrics, srrqr_rho as srrqr_rho
+from .._linalg._misc import qrcp as qrcp, reduce_to_square as reduce_to_square
+from .._linalg._rank import (
+    AbsoluteTolerance as AbsoluteTolerance,
+    AbstractRankRule as AbstractRankRule,
+    LargestGap as LargestGap,
+    numerical_rank as numerical_rank,
+    RelativeTolerance as RelativeTolerance,
+)
+from .._linalg._results import RESULTS as RESULTS
+from .._linalg._subset import column_subset as column_subset, srrqr as srrqr
+from . import testmatrices as testmatrices

@@ -1,0 +1,13 @@
+"""Built-in models. Each records its source, nominal values, bounds and time grid.
+
+`load(name)` builds one by name (the names `available()` lists); the classes can also be
+used directly, e.g. `ji.models.SVIR()`.
+"""
+
+from ._epidemic import COVID as COVID, SEIR as SEIR, SEVIR as SEVIR, SIR as SIR, SVIR as SVIR
+from ._kinetics import (
+    ALPHA_PINENE_DATA as ALPHA_PINENE_DATA,
+    ALPHA_PINENE_TIMES as ALPHA_PINENE_TIMES,
+    AlphaPinene as AlphaPinene,
+)
+from ._registry import available as available, load as load

@@ -1,0 +1,77 @@
+"""Small user-style models used by several tests."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+import jaxident as ji
+
+
+class ProductDecay(ji.ODEModel):
+    """x' = -(a b) x + c, x(0) = 2: the output depends on a and b only through a*b."""
+
+    parameters: ji.Parameters = ji.Parameters(["a", "b", "c"], [0.7, 1.3, 0.4])
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.1, 3.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -(theta.a * theta.b) * x + theta.c
+
+    def initial_state(self, theta):
+        return jnp.array([2.0])
+
+    def output(self, t, x, theta):
+        return x[0]
+
+
+class BlowUp(ji.ODEModel):
+    """x' = k x^2, x(0) = 1 blows up at t = 1/k: the solve fails when k > 1/t_end."""
+
+    parameters: ji.Parameters = ji.Parameters(["k"], [0.2], [0.0], [10.0])
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.5, 2.0, 4))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return theta.k * x**2
+
+    def initial_state(self, theta):
+        return jnp.array([1.0])
+
+    def output(self, t, x, theta):
+        return x[0]
+
+
+class SqrtNegative(ji.ODEModel):
+    """An output that is NaN for negative c (square root of a negative number)."""
+
+    parameters: ji.Parameters = ji.Parameters(["c"], [1.0], [-1.0], [2.0])
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.5, 1.0, 3))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -x
+
+    def initial_state(self, theta):
+        return jnp.array([1.0])
+
+    def output(self, t, x, theta):
+        return jnp.sqrt(theta.c) * x[0]
+
+
+class Robertson(ji.ODEModel):
+    """Robertson's stiff chemical kinetics (1966); outputs y1 and y3."""
+
+    parameters: ji.Parameters = ji.Parameters(["k1", "k2", "k3"], [0.04, 3e7, 1e4])
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.array([0.4, 4.0, 40.0]))
+    t0: float = 0.0
+
+    def vector_field(self, t, y, theta):
+        k1, k2, k3 = theta
+        y1, y2, y3 = y
+        return jnp.stack([-k1 * y1 + k3 * y2 * y3, k1 * y1 - k2 * y2**2 - k3 * y2 * y3, k2 * y2**2])
+
+    def initial_state(self, theta):
+        return jnp.array([1.0, 0.0, 0.0])
+
+    def output(self, t, y, theta):
+        return jnp.stack([y[0], y[2]])

@@ -1,0 +1,87 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxident as ji
+
+
+def test_parameters_defaults_and_access():
+    p = ji.Parameters(["beta", "gamma", "shift"], [0.8, 0.14, -2.0])
+    np.testing.assert_allclose(np.asarray(p.lower), [0.4, 0.07, -3.0])
+    np.testing.assert_allclose(np.asarray(p.upper), [1.2, 0.21, -1.0])
+    assert p.bounds.shape == (3, 2)
+    assert p.index("gamma") == 1 and p.indices(["shift", "beta"]) == (2, 0)
+    v = p.view(jnp.array([1.0, 2.0, 3.0]))
+    assert float(v["gamma"]) == 2.0 and float(v.shift) == 3.0 and float(v[0]) == 1.0
+    b, g, s = v
+    assert float(s) == 3.0
+    assert "beta" in repr(p)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(names=["a", "a"], nominal=[1.0, 2.0]), "Duplicate"),
+        (dict(names=["a", "b"], nominal=[1.0]), "shape"),
+        (dict(names=["a"], nominal=[np.nan]), "Non-finite"),
+        (dict(names=["a"], nominal=[1.0], lower=[2.0], upper=[0.5]), "Lower bound above"),
+        (dict(names=["a"], nominal=[3.0], lower=[0.0], upper=[1.0]), "outside their bounds"),
+        (dict(names=["a"], nominal=[1.0], lower=[0.0]), "both"),
+        (dict(names=[], nominal=[]), "at least one"),
+    ],
+)
+def test_parameters_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ji.Parameters(**kwargs)
+
+
+def test_unknown_name_suggests():
+    p = ji.Parameters(["beta", "gamma"], [0.8, 0.14])
+    with pytest.raises(ValueError, match="Did you mean 'gamma'"):
+        p.index("gama")
+    with pytest.raises(ValueError, match="Unknown parameter"):
+        p.view(jnp.ones(2))["delta"]
+    with pytest.raises(ValueError, match="shape"):
+        p.view(jnp.ones(3))
+
+
+def test_latin_hypercube_stratification():
+    lo, up = np.array([0.0, -2.0, 10.0]), np.array([1.0, 2.0, 10.5])
+    n = 50
+    X = np.asarray(ji.latin_hypercube(jax.random.key(0), (lo, up), n))
+    assert X.shape == (n, 3)
+    assert np.all(X >= lo) and np.all(X <= up)
+    # exactly one sample in each of the n strata of every coordinate
+    for j in range(3):
+        strata = np.floor((X[:, j] - lo[j]) / (up[j] - lo[j]) * n).astype(int)
+        assert sorted(strata.tolist()) == list(range(n))
+    # the (p, 2) form and a Parameters give the same samples
+    B = np.stack([lo, up], axis=1)
+    np.testing.assert_array_equal(X, np.asarray(ji.latin_hypercube(jax.random.key(0), B, n)))
+    params = ji.Parameters(["a", "b", "c"], (lo + up) / 2, lo, up)
+    np.testing.assert_array_equal(X, np.asarray(ji.latin_hypercube(jax.random.key(0), params, n)))
+    # different keys, different designs; jittable with static n
+    Y = jax.jit(lambda k: ji.latin_hypercube(k, B, n))(jax.random.key(1))
+    assert not np.allclose(X, np.asarray(Y))
+
+
+def test_latin_hypercube_errors():
+    with pytest.raises(ValueError, match="Lower bound above"):
+        ji.latin_hypercube(jax.random.key(0), np.array([[1.0, 0.0]]), 3)
+    with pytest.raises(ValueError, match="finite"):
+        ji.latin_hypercube(jax.random.key(0), np.array([[0.0, np.inf]]), 3)
+    with pytest.raises(ValueError, match=r"\(p, 2\)"):
+        ji.latin_hypercube(jax.random.key(0), np.zeros((2, 3)), 3)
+    with pytest.raises(ValueError, match="positive integer"):
+        ji.latin_hypercube(jax.random.key(0), np.array([[0.0, 1.0]]), 0)
+
+
+def test_builtin_models_load():
+    for name in ji.models.available():
+        m = ji.models.load(name)
+        assert m.parameters.p == len(m.parameters.names)
+        tr = ji.simulate(m)
+        assert np.all(np.isfinite(np.asarray(tr.ys)))
+    with pytest.raises(ValueError, match="Did you mean 'svir'"):
+        ji.models.load("svri")

@@ -1,0 +1,79 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import metrics_ref, SENS_FILE
+
+import jaxident as ji
+
+
+@pytest.mark.skipif(not SENS_FILE.exists(), reason="shared data not present")
+@pytest.mark.parametrize(
+    "key,k", [("SVIR", 3), ("SEVIR", 4), ("COVID", 7), ("HGO", 5), ("Wound", 6)]
+)
+def test_paper_matrices_all_methods_metrics(key, k):
+    S = np.load(SENS_FILE)[key]
+    for method in [ji.StrongRRQR(), ji.RRQR(), ji.LRRQR(), ji.GKS()]:
+        sel = ji.select_parameters(S, k=k, method=method)
+        g1, g2, tau = metrics_ref(S, np.asarray(sel.perm), k)
+        np.testing.assert_allclose(float(sel.gamma1), g1, rtol=1e-6)
+        if not np.isnan(float(sel.gamma2)):
+            np.testing.assert_allclose(float(sel.gamma2), g2, rtol=1e-6)
+        np.testing.assert_allclose(float(sel.tau), tau, rtol=1e-5)
+        assert len(sel.identifiable) == k
+
+
+def test_selection_api_and_report():
+    model = ji.models.load("svir")
+    sens = ji.sensitivity(model)
+    sel = ji.select_parameters(sens, k=3)
+    assert sel.non_identifiable == ("alpha",)
+    assert set(sel.identifiable) == {"beta", "nu", "gamma"}
+    np.testing.assert_array_equal(np.asarray(sel.mask), [True, False, True, True])
+    d = sel.to_dict()
+    assert d["k"] == 3 and d["non_identifiable"] == ["alpha"] and d["status"] == "successful"
+    assert d["rank_rule"] == "k given by the caller"
+    text = repr(sel)
+    assert "non-identifiable : alpha" in text and "gamma1" in text
+    full = ji.select_parameters(sens)
+    assert int(full.k) == 4 and "eps" in full.to_dict()["rank_rule"]
+    assert "k = p" in repr(full)
+
+
+def test_names_and_errors():
+    S = np.random.default_rng(0).standard_normal((10, 3))
+    sel = ji.select_parameters(S)
+    assert sel.names == ("theta0", "theta1", "theta2")
+    with pytest.raises(ValueError, match="2 names for a matrix with 3 columns"):
+        ji.select_parameters(S, names=["a", "b"])
+    with pytest.raises(ValueError, match="unique"):
+        ji.select_parameters(S, names=["a", "a", "b"])
+    with pytest.raises(ValueError, match="2-D"):
+        ji.select_parameters(S[0])
+    bad = S.copy()
+    bad[0, 0] = np.inf
+    with pytest.raises(Exception, match="NaN or inf"):
+        ji.select_parameters(bad)
+    assert not bool(ji.select_parameters(bad, throw=False).ok)
+
+
+def test_vmap_batch_and_frequency():
+    model = ji.models.load("svir")
+    samples = ji.latin_hypercube(jax.random.key(0), model.parameters, 8)
+    sens = jax.vmap(lambda th: ji.sensitivity_matrix(model, th))(samples)
+    sels = jax.vmap(lambda S: ji.select_parameters(S, names=model.parameters.names, k=3))(sens)
+    assert sels.mask.shape == (8, 4)
+    freq = ji.identifiability_frequency(sels)
+    assert freq == {"beta": 1.0, "alpha": 0.0, "nu": 1.0, "gamma": 1.0}
+    with pytest.raises(ValueError, match="batch"):
+        _ = sels.identifiable
+    assert "batch of 8" in repr(sels)
+
+
+def test_rank_rules_in_selection():
+    S = np.diag([1.0, 1e-3, 1e-9, 1e-10])
+    assert int(ji.select_parameters(S, rank=ji.RelativeTolerance(1e-8)).k) == 2
+    assert int(ji.select_parameters(S, rank=ji.LargestGap()).k) == 2
+    assert int(ji.select_parameters(S, rank=ji.AbsoluteTolerance(1e-4)).k) == 2
+    assert int(ji.select_parameters(S).k) == 4
+    assert int(ji.select_parameters(jnp.zeros((3, 2))).k) == 0
