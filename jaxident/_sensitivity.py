@@ -6,6 +6,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._context import resolve_throw
@@ -35,6 +36,25 @@ class Sensitivity(eqx.Module):
     output_names: tuple[str, ...] | None = eqx.field(static=True)
     scale: str = eqx.field(static=True)
     ok: Bool[Array, ""]
+
+    def to_dict(self) -> dict:
+        return {
+            "matrix": np.asarray(self.matrix).tolist(),
+            "outputs": np.asarray(self.outputs).tolist(),
+            "times": np.asarray(self.times).tolist(),
+            "names": list(self.names),
+            "output_names": None if self.output_names is None else list(self.output_names),
+            "scale": self.scale,
+            "ok": bool(self.ok),
+        }
+
+    def __repr__(self) -> str:
+        shape = "x".join(str(s) for s in self.matrix.shape)
+        return (
+            f"Sensitivity({shape}, parameters={list(self.names)}, "
+            f"outputs={list(self.output_names or [])}, times={self.times.shape[-1]}, "
+            f"scale={self.scale!r}, ok={np.asarray(self.ok).tolist()})"
+        )
 
     @property
     def row_labels(self) -> list[str]:

@@ -32,6 +32,21 @@ class Trajectory(eqx.Module):
     ok: Bool[Array, ""]
     num_steps: Array
 
+    def to_dict(self) -> dict:
+        return {
+            "ts": np.asarray(self.ts).tolist(),
+            "xs": jax.tree.map(lambda x: np.asarray(x).tolist(), self.xs),
+            "ys": np.asarray(self.ys).tolist(),
+            "ok": np.asarray(self.ok).tolist(),
+            "num_steps": np.asarray(self.num_steps).tolist(),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Trajectory(times={self.ts.shape[-1]}, outputs={self.ys.shape[-1]}, "
+            f"ok={np.asarray(self.ok).tolist()}, steps={np.asarray(self.num_steps).tolist()})"
+        )
+
 
 def check_model(model) -> None:
     if not isinstance(model, AbstractModel):

@@ -103,6 +103,14 @@ class SweepResult(eqx.Module):
         """Indices of the failed samples."""
         return np.flatnonzero(~self.ok)
 
+    def to_dict(self) -> dict:
+        return {
+            "n": int(self.ok.shape[0]),
+            "failed": self.failed.tolist(),
+            "compile_seconds": self.compile_seconds,
+            "run_seconds": self.run_seconds,
+        }
+
     def __repr__(self) -> str:
         n = self.ok.shape[0]
         return (

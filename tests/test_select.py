@@ -77,3 +77,20 @@ def test_rank_rules_in_selection():
     assert int(ji.select_parameters(S, rank=ji.AbsoluteTolerance(1e-4)).k) == 2
     assert int(ji.select_parameters(S).k) == 4
     assert int(ji.select_parameters(jnp.zeros((3, 2))).k) == 0
+
+
+def test_results_have_repr_and_to_dict():
+    import json
+
+    model = ji.models.load("svir")
+    results = [
+        ji.simulate(model),
+        ji.sensitivity(model),
+        ji.select_parameters(ji.sensitivity(model), k=3),
+        ji.linalg.column_subset(np.asarray(ji.sensitivity_matrix(model)), k=3),
+        ji.sweep(lambda t: t * 2.0, jnp.ones(3), progress=False),
+    ]
+    for r in results:
+        assert type(r).__name__ in repr(r)
+        json.dumps(r.to_dict())
+    assert "rejected=[1]" in repr(results[3])

@@ -3,6 +3,7 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._results import RESULTS
@@ -41,6 +42,26 @@ class ColumnSelection(eqx.Module):
     @property
     def rejected(self) -> Int[Array, " p_minus_k"]:
         return self.perm[int(self.k) :]
+
+    def to_dict(self) -> dict:
+        """Plain Python values (a single selection)."""
+        return {
+            "perm": [int(i) for i in np.asarray(self.perm)],
+            "k": int(self.k),
+            "swaps": int(self.swaps),
+            "rho": float(self.rho),
+            "status": RESULTS[self.result] or "successful",
+        }
+
+    def __repr__(self) -> str:
+        if self.perm.ndim != 1:
+            return f"ColumnSelection(batch of {self.perm.shape[0]}, p={self.perm.shape[-1]})"
+        d = self.to_dict()
+        return (
+            f"ColumnSelection(k={d['k']}, selected={d['perm'][: d['k']]}, "
+            f"rejected={d['perm'][d['k'] :]}, rho={d['rho']:.4g}, swaps={d['swaps']}, "
+            f"status={d['status']!r})"
+        )
 
     @property
     def mask(self) -> Array:
