@@ -1,10 +1,18 @@
 import importlib.metadata
 
 from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
+from ._estimate import Estimate as Estimate, estimate as estimate, OptaxLD as OptaxLD
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,
     Selection as Selection,
+)
+from ._identify._lserc import (
+    LSERC as LSERC,
+    lserc as lserc,
+    Probe as Probe,
+    reduce_parameters as reduce_parameters,
+    Reduction as Reduction,
 )
 from ._linalg._css._gks import GKS as GKS
 from ._linalg._css._lrrqr import LRRQR as LRRQR
@@ -16,9 +24,29 @@ from ._linalg._rank import (
     LargestGap as LargestGap,
     RelativeTolerance as RelativeTolerance,
 )
-from ._model import AbstractModel as AbstractModel, Integrator as Integrator, ODEModel as ODEModel
+from ._model import (
+    AbstractModel as AbstractModel,
+    DAEModel as DAEModel,
+    Integrator as Integrator,
+    ODEModel as ODEModel,
+)
+from ._nonsmooth import (
+    fsign as fsign,
+    ld_jvp as ld_jvp,
+    nabs as nabs,
+    nmax as nmax,
+    nmid as nmid,
+    nmin as nmin,
+)
 from ._parameters import Parameters as Parameters, ParameterValues as ParameterValues
+from ._reduce import (
+    fix_parameters as fix_parameters,
+    FixedDAEModel as FixedDAEModel,
+    FixedODEModel as FixedODEModel,
+)
 from ._sensitivity import (
+    ld_sensitivity as ld_sensitivity,
+    LSensitivity as LSensitivity,
     Sensitivity as Sensitivity,
     sensitivity as sensitivity,
     sensitivity_matrix as sensitivity_matrix,

@@ -22,6 +22,8 @@ class Integrator(eqx.Module):
       the true one, so `rtol` also bounds the accuracy of a sensitivity matrix.
     - `max_steps`: the step cap; reaching it is an error (or a failure flag in a sweep).
     - `dt0`: initial step; `None` lets the controller choose.
+    - `algebraic_rtol`, `algebraic_atol`, `algebraic_max_steps`: the Newton solve that
+      eliminates the algebraic variables of a `DAEModel` (optimistix).
 
     **Example:**
 
@@ -35,6 +37,9 @@ class Integrator(eqx.Module):
     atol: float = 1e-10
     max_steps: int = 100_000
     dt0: float | None = None
+    algebraic_rtol: float = 1e-12
+    algebraic_atol: float = 1e-12
+    algebraic_max_steps: int = 64
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol >= 0):
@@ -43,6 +48,8 @@ class Integrator(eqx.Module):
             )
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}.")
+        if self.algebraic_max_steps < 1:
+            raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
 
     def controller(self) -> diffrax.AbstractStepSizeController:
         return diffrax.PIDController(rtol=self.rtol, atol=self.atol)
@@ -51,9 +58,8 @@ class Integrator(eqx.Module):
 class AbstractModel(eqx.Module):
     """A dynamical model with named parameters.
 
-    Every model has `parameters` (a `Parameters`), a default observation grid `times`,
-    an initial time `t0`, and an `output(t, x, theta)` observation function. Subclass
-    `ODEModel` rather than this class.
+    Every model has `parameters` (a `Parameters`), a default observation grid `times` and
+    an initial time `t0`. Subclass `ODEModel` or `DAEModel` rather than this class.
     """
 
     parameters: eqx.AbstractVar[Parameters]
@@ -65,10 +71,6 @@ class AbstractModel(eqx.Module):
     state_names: ClassVar[tuple[str, ...] | None] = None
     output_names: ClassVar[tuple[str, ...] | None] = None
     integrator: ClassVar[Integrator] = Integrator()
-
-    @abc.abstractmethod
-    def output(self, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues) -> Array:
-        """The observed quantity at time `t` in state `x`: a scalar or a vector."""
 
 
 class ODEModel(AbstractModel):
@@ -108,3 +110,52 @@ class ODEModel(AbstractModel):
     @abc.abstractmethod
     def initial_state(self, theta: ParameterValues) -> PyTree[Array]:
         """The state at `t0`, possibly depending on the parameters."""
+
+    @abc.abstractmethod
+    def output(self, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues) -> Array:
+        """The observed quantity at time `t` in state `x`: a scalar or a vector."""
+
+
+class DAEModel(AbstractModel):
+    """A semi-explicit index-1 DAE (Abdelfattah, Stechlinski & Eisa 2024, eq. 3):
+
+    `x' = f(t, x, w, theta)`, `0 = g(t, x, w, theta)`, `x(t0) = x0(theta)`,
+    `y = h(t, x, w, theta)`,
+
+    with differential variables `x` and algebraic variables `w` (1-D arrays). The
+    algebraic variables are eliminated inside the vector field by a Newton solve
+    (optimistix) of `g = 0`, differentiated by the implicit-function theorem, so
+    sensitivities are exact derivatives of the discretised solution. `w(t0)` is found
+    from `initial_algebraic_guess` by the same Newton solve and checked: a failed solve or
+    a singular `g_w` (the DAE is not index 1 there) is an error, not a silent NaN.
+    Between Newton solves, the starting guess follows `w' = -g_w^{-1} (g_t + g_x x')`, so
+    the solve stays on the branch chosen at `t0`.
+
+    Subclass it and implement `differential`, `algebraic`, `initial_state`,
+    `initial_algebraic_guess` and `output`, and declare `parameters`, `times` and `t0`.
+    The right-hand sides may use `nabs`, `nmax`, `nmin` and `nmid` (nonsmooth DAEs);
+    the algebraic solution must then be regular (away from kinks of `g` in `w`).
+    """
+
+    @abc.abstractmethod
+    def differential(
+        self, t: Float[Array, ""], x: Array, w: Array, theta: ParameterValues
+    ) -> Array:
+        """`dx/dt = f(t, x, w, theta)`."""
+
+    @abc.abstractmethod
+    def algebraic(self, t: Float[Array, ""], x: Array, w: Array, theta: ParameterValues) -> Array:
+        """The residual `g(t, x, w, theta)`, the same shape as `w`."""
+
+    @abc.abstractmethod
+    def initial_state(self, theta: ParameterValues) -> Array:
+        """`x(t0)`."""
+
+    @abc.abstractmethod
+    def initial_algebraic_guess(self, theta: ParameterValues) -> Array:
+        """A starting point for the Newton solve of `g(t0, x0, w, theta) = 0`; it also
+        picks the branch of the algebraic solution."""
+
+    @abc.abstractmethod
+    def output(self, t: Float[Array, ""], x: Array, w: Array, theta: ParameterValues) -> Array:
+        """The observed quantity `h(t, x, w, theta)`: a scalar or a vector."""

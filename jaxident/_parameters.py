@@ -10,7 +10,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 
-VectorLike = ArrayLike | Sequence[float]
+VectorLike = ArrayLike | Sequence
 
 
 def _is_concrete(x) -> bool:

@@ -10,7 +10,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._context import resolve_throw
-from ._model import Integrator, ODEModel
+from ._linalg._misc import after, matmul
+from ._model import AbstractModel, Integrator
+from ._nonsmooth import ld_jvp
 from ._simulate import check_model, check_theta, check_times, raise_if_failed, solve
 
 
@@ -66,10 +68,11 @@ class Sensitivity(eqx.Module):
 @eqx.filter_jit
 def _sensitivity(model, theta, times, integrator, scale, throw):
     def f(th):
-        _, ys, ok, success, index, _ = solve(model, th, times, integrator, diffrax.ForwardMode())
-        return ys.reshape(-1), (ys.reshape(-1), ok, success, index)
+        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
+        return solved.ys.reshape(-1), (solved.ys.reshape(-1), solved)
 
-    S, (y, ok, success, index) = jax.jacfwd(f, has_aux=True)(theta)
+    S, (y, solved) = jax.jacfwd(f, has_aux=True)(theta)
+    ok = solved.ok
     ok = ok & jnp.all(jnp.isfinite(S))
     if scale == "relative":
         nonzero = jnp.all(y != 0)
@@ -84,15 +87,15 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
             )
         ok = ok & nonzero
     if throw:
-        S = raise_if_failed(model, S, ok, success, index)
+        S = raise_if_failed(model, S, solved._replace(ok=ok))
     S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
     return S, y, ok
 
 
 def sensitivity(
-    model: ODEModel,
-    theta: ArrayLike | dict | Sequence[float] | None = None,
-    times: ArrayLike | Sequence[float] | None = None,
+    model: AbstractModel,
+    theta: ArrayLike | dict | Sequence | None = None,
+    times: ArrayLike | Sequence | None = None,
     *,
     scale: str = "none",
     integrator: Integrator | None = None,
@@ -120,9 +123,9 @@ def sensitivity(
 
 
 def sensitivity_matrix(
-    model: ODEModel,
-    theta: ArrayLike | dict | Sequence[float] | None = None,
-    times: ArrayLike | Sequence[float] | None = None,
+    model: AbstractModel,
+    theta: ArrayLike | dict | Sequence | None = None,
+    times: ArrayLike | Sequence | None = None,
     *,
     scale: str = "none",
     integrator: Integrator | None = None,
@@ -159,3 +162,134 @@ def sensitivity_matrix(
     ```
     """
     return sensitivity(model, theta, times, scale=scale, integrator=integrator, throw=throw).matrix
+
+
+class LSensitivity(eqx.Module):
+    """Lexicographic (L-) sensitivities of the outputs (Abdelfattah, Stechlinski & Eisa
+    2024, eqs. 4-13).
+
+    **Fields:**
+
+    - `Y`: `(rows, k)`, the LD-derivative of the outputs in the directions `M`
+      (eq. 7), rows in time-major order as for `sensitivity_matrix`.
+    - `L`: `(rows, p)`, the L-sensitivity `S^L = Y M^{-1}` (a right inverse; for
+      `M = [d I]`, `Y[:, 1:]`, eq. 13): the L-SERC matrix of eq. (12). For a smooth model
+      it equals the classical sensitivity matrix.
+    - `directions`: the `(p, k)` directions matrix `M`.
+    - `outputs`, `times`, `names`, `output_names`, `ok`: as for `Sensitivity`.
+    """
+
+    Y: Float[Array, "rows k"]
+    L: Float[Array, "rows p"]
+    directions: Float[Array, "p k"]
+    outputs: Float[Array, " rows"]
+    times: Float[Array, " n"]
+    names: tuple[str, ...] = eqx.field(static=True)
+    output_names: tuple[str, ...] | None = eqx.field(static=True)
+    ok: Bool[Array, ""]
+
+    def to_dict(self) -> dict:
+        return {
+            "Y": np.asarray(self.Y).tolist(),
+            "L": np.asarray(self.L).tolist(),
+            "directions": np.asarray(self.directions).tolist(),
+            "names": list(self.names),
+            "ok": bool(self.ok),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"LSensitivity(L {'x'.join(map(str, self.L.shape))}, "
+            f"k={self.directions.shape[-1]} directions, parameters={list(self.names)}, "
+            f"ok={np.asarray(self.ok).tolist()})"
+        )
+
+
+def directions_matrix(d: Array) -> Array:
+    """`M = [d I]` for a probing direction `d` (eq. 13)."""
+    p = d.shape[0]
+    return jnp.concatenate([d[:, None], jnp.eye(p, dtype=d.dtype)], axis=1)
+
+
+@eqx.filter_jit
+def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, throw):
+    def f(th):
+        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
+        return solved.ys.reshape(-1), solved
+
+    y, Y, solved = ld_jvp(f, (theta,), (M,), has_aux=True)
+    ok = solved.ok & jnp.all(jnp.isfinite(Y))
+    if first_is_direction:
+        L = Y[:, 1:]
+    else:
+        L = matmul(Y, jnp.linalg.pinv(after(M, Y)))
+    if throw:
+        L = raise_if_failed(model, L, solved._replace(ok=ok))
+    nan = jnp.asarray(jnp.nan, L.dtype)
+    return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok
+
+
+def ld_sensitivity(
+    model: AbstractModel,
+    theta: ArrayLike | dict | Sequence | None = None,
+    times: ArrayLike | Sequence | None = None,
+    M: ArrayLike | Sequence | Sequence | None = None,
+    *,
+    integrator: Integrator | None = None,
+    throw: bool | None = None,
+) -> LSensitivity:
+    """Lexicographic sensitivities of a (possibly nonsmooth) ODE or DAE model
+    (Abdelfattah, Stechlinski & Eisa 2024, Proposition 1 and eq. 13).
+
+    All k direction columns are propagated together through the solver, and every
+    `nabs`/`nmax`/`nmin`/`nmid` in the model takes one branch for all of them,
+    lexicographically: the result is the LD-derivative of the discretised solution, not
+    k independent directional derivatives.
+
+    **Arguments:**
+
+    - `model`, `theta`, `times`, `integrator`, `throw`: as for `sensitivity_matrix`.
+    - `M`: a probing direction `d` of shape `(p,)`, giving `M = [d I]` (default
+      `d = e_1`), or a full `(p, k)` directions matrix of full row rank.
+
+    **Returns:** an `LSensitivity`; its `L` is the L-SERC matrix.
+
+    **Example:**
+
+    ```python
+    model = ji.models.load("nonsmooth_dae_example")
+    ls = ji.ld_sensitivity(model, model.THETA_STAR, model.times, jnp.array([1.0, 0, 0, 0]))
+    ls.L  # (17, 4)
+    ```
+    """
+    check_model(model)
+    theta = check_theta(model, theta)
+    times = check_times(model, times)
+    p = model.parameters.p
+    if M is None:
+        M = jnp.zeros(p).at[0].set(1.0)
+    M = jnp.asarray(M, dtype=float)
+    if M.shape == (p,):
+        first_is_direction = True
+        M = directions_matrix(M)
+    elif M.ndim == 2 and M.shape[0] == p and M.shape[1] >= p:
+        first_is_direction = False
+    else:
+        raise ValueError(
+            f"M must be a direction of shape ({p},) or a ({p}, k) matrix with k >= {p} "
+            f"(full row rank); got shape {M.shape}."
+        )
+    integrator = model.integrator if integrator is None else integrator
+    Y, L, y, ok = _ld_sensitivity(
+        model, theta, times, M, first_is_direction, integrator, resolve_throw(throw)
+    )
+    return LSensitivity(
+        Y=Y,
+        L=L,
+        directions=M,
+        outputs=y,
+        times=times,
+        names=model.parameters.names,
+        output_names=model.output_names,
+        ok=ok,
+    )

@@ -1,6 +1,7 @@
 """Integration of models with diffrax."""
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -10,7 +11,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
 from ._context import resolve_throw
-from ._model import AbstractModel, Integrator, ODEModel
+from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
+from ._model import AbstractModel, DAEModel, Integrator
 
 
 class Trajectory(eqx.Module):
@@ -51,7 +53,8 @@ class Trajectory(eqx.Module):
 def check_model(model) -> None:
     if not isinstance(model, AbstractModel):
         raise TypeError(
-            f"Expected a jaxident model (a subclass of ji.ODEModel), got {type(model).__name__}."
+            "Expected a jaxident model (a subclass of ji.ODEModel or ji.DAEModel), got "
+            f"{type(model).__name__}."
         )
 
 
@@ -101,7 +104,7 @@ def check_times(model: AbstractModel, times) -> Array:
     return times
 
 
-def _solver_failure_messages(name: str) -> list[str]:
+def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
     msgs = getattr(diffrax.RESULTS, "_index_to_message", None)
     if msgs is None:  # pragma: no cover - diffrax internals changed
         msgs = ["", "the solver failed"]
@@ -112,29 +115,51 @@ def _solver_failure_messages(name: str) -> list[str]:
             f"Integrating {name} failed: {m} Check the parameter values (a sweep reports such "
             "samples as failures instead), loosen rtol/atol, raise Integrator(max_steps=...), "
             "or use a stiff solver such as diffrax.Kvaerno5()."
+            + (
+                " For a DAE, the Newton solve of the algebraic equations may have failed "
+                "along the way: g_w singular (loss of index 1) or no solution nearby."
+                if dae
+                else ""
+            )
         )
     return out
 
 
+class Solved(NamedTuple):
+    xs: Any
+    ys: Array
+    ok: Array
+    success: Array
+    init_ok: Array
+    result_index: Array
+    num_steps: Array
+
+
 def solve(
-    model: ODEModel,
+    model: AbstractModel,
     theta: Array,
     times: Array,
     integrator: Integrator,
     adjoint: diffrax.AbstractAdjoint,
-):
-    """Integrate and observe; returns `(xs, ys, ok, result_index, num_steps)` with NaN in
-    `xs`/`ys` where the solve failed. No checks are raised here."""
+) -> Solved:
+    """Integrate and observe, with NaN in `xs`/`ys` where the solve failed. No checks are
+    raised here (see `raise_if_failed`). For a `DAEModel`, `xs` is `(x, w)`."""
     th = model.parameters.view(theta)
-    term = diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args))
-    x0 = model.initial_state(th)
+    if isinstance(model, DAEModel):
+        x0, w0, init_ok = consistent_initial_values(model, th, integrator)
+        term = diffrax.ODETerm(dae_vector_field(model, integrator))
+        y0 = (x0, w0)
+    else:
+        term = diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args))
+        y0 = model.initial_state(th)
+        init_ok = jnp.asarray(True)
     sol = diffrax.diffeqsolve(
         term,
         integrator.solver,
         t0=model.t0,
         t1=times[-1],
         dt0=integrator.dt0,
-        y0=x0,
+        y0=y0,
         args=th,
         saveat=diffrax.SaveAt(ts=times),
         stepsize_controller=integrator.controller(),
@@ -142,44 +167,69 @@ def solve(
         max_steps=integrator.max_steps,
         throw=False,
     )
-    ys = jax.vmap(lambda t, x: jnp.atleast_1d(model.output(t, x, th)))(sol.ts, sol.ys)
-    success = sol.result == diffrax.RESULTS.successful
-    finite = jnp.all(jnp.isfinite(ys))
+    if isinstance(model, DAEModel):
+        xs, w_guess = sol.ys
+        ys, ws, alg_ok = dae_outputs(model, sol.ts, xs, w_guess, th, integrator)
+        states = (xs, ws)
+        alg_ok = jnp.all(alg_ok)
+    else:
+        ys = jax.vmap(lambda t, x: jnp.atleast_1d(model.output(t, x, th)))(sol.ts, sol.ys)
+        states = sol.ys
+        alg_ok = jnp.asarray(True)
+    success = (sol.result == diffrax.RESULTS.successful) & init_ok
+    finite = jnp.all(jnp.isfinite(ys)) & alg_ok
     ok = success & finite
     nan = jnp.asarray(jnp.nan, ys.dtype)
     ys = jnp.where(ok, ys, nan)
-    xs = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), sol.ys)
-    return xs, ys, ok, success, sol.result._value, sol.stats["num_accepted_steps"]
+    states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
+    return Solved(
+        states, ys, ok, success, init_ok, sol.result._value, sol.stats["num_accepted_steps"]
+    )
 
 
-def raise_if_failed(model, x, ok, success, result_index):
-    """Raise the solver's own message when the solve failed, else a non-finite message."""
+def raise_if_failed(model, x, solved: Solved):
+    """Raise a clear message when the solve failed: the DAE initialisation, the ODE
+    solver's own reason, or non-finite outputs."""
     name = type(model).__name__
-    x = eqx.branched_error_if(x, ~success, result_index, _solver_failure_messages(name))
+    if isinstance(model, DAEModel):
+        x = eqx.error_if(
+            x,
+            ~solved.init_ok,
+            f"{name}: no consistent initial values for the algebraic variables: the Newton "
+            "solve of g(t0, x0, w, theta) = 0 from initial_algebraic_guess did not converge, "
+            "or g_w is singular there (the DAE is not index 1 at t0). Check the guess and "
+            "the parameter values.",
+        )
+    x = eqx.branched_error_if(
+        x,
+        solved.init_ok & ~solved.success,
+        solved.result_index,
+        _solver_failure_messages(name, isinstance(model, DAEModel)),
+    )
     x = eqx.error_if(
         x,
-        success & ~ok,
+        solved.success & ~solved.ok,
         f"{name} produced NaN or inf outputs (the solver itself succeeded): check the model "
         "equations and the parameter values for divisions by zero, logarithms or square "
-        "roots of negative numbers.",
+        "roots of negative numbers"
+        + (", or the algebraic solve at an output time." if isinstance(model, DAEModel) else "."),
     )
     return x
 
 
 @eqx.filter_jit
 def _simulate(model, theta, times, integrator, throw):
-    xs, ys, ok, success, index, steps = solve(
-        model, theta, times, integrator, diffrax.RecursiveCheckpointAdjoint()
-    )
+    solved = solve(model, theta, times, integrator, diffrax.RecursiveCheckpointAdjoint())
+    ys = solved.ys
     if throw:
-        ys = raise_if_failed(model, ys, ok, success, index)
-    return Trajectory(ts=times, xs=xs, ys=ys, ok=ok, num_steps=steps)
+        ys = raise_if_failed(model, ys, solved)
+    return Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
 
 
 def simulate(
-    model: ODEModel,
-    theta: ArrayLike | dict | Sequence[float] | None = None,
-    times: ArrayLike | Sequence[float] | None = None,
+    model: AbstractModel,
+    theta: ArrayLike | dict | Sequence | None = None,
+    times: ArrayLike | Sequence | None = None,
     *,
     integrator: Integrator | None = None,
     throw: bool | None = None,

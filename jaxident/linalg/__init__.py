@@ -13,6 +13,12 @@ from .._linalg._css._rrqr import RRQR as RRQR
 from .._linalg._css._srrqr import StrongRRQR as StrongRRQR
 from .._linalg._metrics import css_metrics as css_metrics, srrqr_rho as srrqr_rho
 from .._linalg._misc import qrcp as qrcp, reduce_to_square as reduce_to_square
+from .._linalg._nullspace import (
+    Echelon as Echelon,
+    null_space as null_space,
+    NullSpace as NullSpace,
+    rref as rref,
+)
 from .._linalg._rank import (
     AbsoluteTolerance as AbsoluteTolerance,
     AbstractRankRule as AbstractRankRule,

@@ -10,4 +10,9 @@ from ._kinetics import (
     ALPHA_PINENE_TIMES as ALPHA_PINENE_TIMES,
     AlphaPinene as AlphaPinene,
 )
+from ._lserc import (
+    IVGTT as IVGTT,
+    NonsmoothDAEExample as NonsmoothDAEExample,
+    WindTurbine as WindTurbine,
+)
 from ._registry import available as available, load as load

@@ -3,6 +3,7 @@ import difflib
 from .._model import AbstractModel
 from ._epidemic import COVID, SEIR, SEVIR, SIR, SVIR
 from ._kinetics import AlphaPinene
+from ._lserc import IVGTT, NonsmoothDAEExample, WindTurbine
 
 
 _MODELS: dict[str, type[AbstractModel]] = {
@@ -12,6 +13,9 @@ _MODELS: dict[str, type[AbstractModel]] = {
     "sevir": SEVIR,
     "covid": COVID,
     "alpha_pinene": AlphaPinene,
+    "nonsmooth_dae_example": NonsmoothDAEExample,
+    "wind_turbine": WindTurbine,
+    "ivgtt": IVGTT,
 }
 
 

@@ -1,0 +1,89 @@
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize as so
+
+import jaxident as ji
+
+
+def test_alpha_pinene_against_scipy_least_squares():
+    m = ji.models.load("alpha_pinene")
+    data = ji.models.ALPHA_PINENE_DATA
+    tight = ji.Integrator(rtol=1e-11, atol=1e-11)
+    start = np.asarray(m.parameters.nominal) * np.array([1.2, 0.8, 1.1, 0.9, 1.15])
+    est = ji.estimate(m, data, theta0=start, integrator=tight)
+    # Box et al. / COPS optimum, and SciPy's own fit from a SciPy ODE solve
+    from scipy.integrate import solve_ivp
+
+    def model(p):
+        def f(t, y):
+            return [
+                -(p[0] + p[1]) * y[0],
+                p[0] * y[0],
+                p[1] * y[0] - (p[2] + p[3]) * y[2] + p[4] * y[4],
+                p[2] * y[2],
+                p[3] * y[2] - p[4] * y[4],
+            ]
+
+        return solve_ivp(
+            f,
+            (0, 36420),
+            [100, 0, 0, 0, 0],
+            t_eval=np.asarray(m.times),
+            rtol=1e-12,
+            atol=1e-12,
+            method="LSODA",
+        ).y.T
+
+    ref = so.least_squares(
+        lambda lp: (model(np.exp(lp)) - data).ravel(),
+        np.log(start),
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+    )
+    np.testing.assert_allclose(np.asarray(est.theta), np.exp(ref.x), rtol=1e-4)
+    np.testing.assert_allclose(float(est.cost), 19.872, atol=2e-3)
+    # covariance from the weighted Jacobian, against a NumPy computation
+    J = np.asarray(est.jacobian)
+    s2 = float(est.cost) / (40 - 5)
+    np.testing.assert_allclose(est.covariance, s2 * np.linalg.inv(J.T @ J), rtol=1e-6)
+    ci = est.confidence_intervals(0.95)
+    assert np.all(ci[:, 0] < np.asarray(est.theta)) and np.all(np.asarray(est.theta) < ci[:, 1])
+    assert "p1" in repr(est) and est.to_dict()["ok"]
+
+
+def test_bounds_are_respected():
+    m = ji.models.load("svir")
+    data = ji.simulate(m).ys
+    # the truth (beta = 0.8) lies outside the box [0.3, 0.6]: the estimate stops at the bound
+    lower = np.array([0.3, 0.05, 0.002, 0.07])
+    upper = np.array([0.6, 0.15, 0.006, 0.21])
+    est = ji.estimate(m, data, theta0=[0.5, 0.1, 0.004, 0.14], bounds=(lower, upper), throw=False)
+    th = np.asarray(est.theta)
+    assert np.all(th >= lower) and np.all(th <= upper)
+    assert th[0] > 0.599
+
+
+def test_optax_generalized_gradient_reduces_cost():
+    m = ji.models.load("nonsmooth_dae_example")
+    true = jnp.array([0.15, 45.0, 1.33, -3.0])
+    data = ji.simulate(m, true).ys
+    red = ji.fix_parameters(m, {"theta3": 1.33})
+    start = [0.14, 43.0, -2.9]
+    c0 = float(jnp.sum((ji.simulate(red, jnp.array(start)).ys - data) ** 2))
+    est = ji.estimate(red, data, theta0=start, solver=ji.OptaxLD(max_steps=1500), throw=False)
+    assert float(est.cost) < 1e-3 * c0
+    np.testing.assert_allclose(np.asarray(est.theta), [0.15, 45.0, -3.0], rtol=2e-2)
+
+
+def test_estimate_errors():
+    m = ji.models.load("svir")
+    with pytest.raises(ValueError, match="data has shape"):
+        ji.estimate(m, np.ones((5, 2)))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        ji.estimate(m, np.full(31, np.nan))
+    with pytest.raises(ValueError, match="sigma"):
+        ji.estimate(m, np.ones(31), sigma=-1.0)
+    with pytest.raises(TypeError, match="solver"):
+        ji.estimate(m, np.ones(31), solver="lm")

@@ -1,0 +1,174 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg as sl
+from helpers import unordered_lapack_pairs
+
+import jaxident as ji
+import jaxident.linalg as L
+
+
+def rref_ref(A, tol=1e-10):
+    """Textbook Gauss-Jordan with partial pivoting, for comparison."""
+    A = np.array(A, float)
+    m, n = A.shape
+    r, pivots = 0, []
+    for c in range(n):
+        if r == m:
+            break
+        i = r + int(np.argmax(np.abs(A[r:, c])))
+        if abs(A[i, c]) <= tol * max(np.abs(A).max(), 1e-300):
+            continue
+        A[[r, i]] = A[[i, r]]
+        A[r] /= A[r, c]
+        for k in range(m):
+            if k != r:
+                A[k] -= A[k, c] * A[r]
+        pivots.append(c)
+        r += 1
+    return A, pivots
+
+
+def test_rref_against_reference_and_paper_patterns():
+    rng = np.random.default_rng(0)
+    for shape, rank in [((3, 5), 3), ((4, 4), 2), ((2, 6), 1)]:
+        A = rng.standard_normal((shape[0], rank)) @ rng.standard_normal((rank, shape[1]))
+        ech = L.rref(jnp.asarray(A))
+        R, piv = rref_ref(A)
+        assert np.flatnonzero(np.asarray(ech.pivots)).tolist() == piv
+        np.testing.assert_allclose(np.asarray(ech.R), R, atol=1e-10)
+    # eq. (22): rows [0 1 0 0], [0 0 1 2] -> theta2 isolated, theta3 with theta4
+    Vt = np.array([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 2.0]]) @ np.eye(4)
+    Q = np.linalg.qr(np.random.default_rng(1).standard_normal((2, 2)))[0]
+    ech = L.rref(jnp.asarray(Q @ Vt))  # any basis of the same row space
+    np.testing.assert_array_equal(np.asarray(ech.pivots), [False, True, True, False])
+    np.testing.assert_array_equal(np.asarray(ech.partners)[2], [False, False, False, True])
+    assert not np.asarray(ech.partners)[1].any()
+
+
+def test_null_space_against_scipy():
+    rng = np.random.default_rng(2)
+    S = rng.standard_normal((10, 3)) @ rng.standard_normal((3, 6))
+    ns = L.null_space(jnp.asarray(S), L.RelativeTolerance(1e-10))
+    assert int(ns.rank) == 3
+    N = np.asarray(ns.basis)[:, np.asarray(ns.mask)]
+    ref = sl.null_space(S)
+    # same subspace: projections agree
+    np.testing.assert_allclose(N @ N.T, ref @ ref.T, atol=1e-10)
+
+
+def test_example1_directions_paper():
+    m = ji.models.load("nonsmooth_dae_example")
+    res = ji.lserc(m, m.THETA_STAR, directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
+    assert int(res.reference.rank[0]) == 2
+    assert res.identifiable == ("theta1", "theta4")
+    assert res.non_identifiable == ("theta2", "theta3")
+    assert res.isolated == ("theta2",) and res.pairwise == {"theta3": ("theta4",)}
+    res = ji.lserc(m, m.THETA_STAR, directions=[[-1.0, 0, 0, 0]], twin=0, singular=0)
+    assert int(res.reference.rank[0]) == 1
+    assert res.isolated == ("theta1", "theta2") and res.pairwise == {"theta3": ("theta4",)}
+    # the L-SERC matrix itself: columns [t, 0, -2, 1] for d = e1
+    ls = ji.ld_sensitivity(m, m.THETA_STAR, M=jnp.array([1.0, 0, 0, 0]))
+    t = np.asarray(m.times)
+    np.testing.assert_allclose(
+        np.asarray(ls.L), np.stack([t, 0 * t, -2 + 0 * t, 1 + 0 * t], axis=1), atol=1e-12
+    )
+
+
+def test_example1_full_algorithm1_and_report():
+    m = ji.models.load("nonsmooth_dae_example")
+    res = ji.lserc(m, m.THETA_STAR)
+    assert len(res.kinds) == 16 and res.kinds.count("twin") == 8
+    assert res.non_identifiable == ("theta1", "theta2", "theta3")
+    assert "theta3 with theta4" in repr(res)
+    d = res.to_dict()
+    assert d["directions"][0]["rank"] == 2 and d["pairwise"] == {"theta3": ["theta4"]}
+
+
+def test_example2_reduction_and_reestimation():
+    m = ji.models.load("nonsmooth_dae_example")
+    red = ji.reduce_parameters(m, key=jax.random.key(0), n=25, progress=False)
+    assert red.non_identifiable == ("theta3",)
+    assert red.identifiable == ("theta1", "theta2", "theta4")
+    assert red.n_failed == 0 and red.counts.tolist() == [0, 0, 25, 0]
+    lo, up = 1.0, 2.0
+    assert lo < red.fixed["theta3"] < up
+    assert red.reduced_model.parameters.names == ("theta1", "theta2", "theta4")
+    # Example 3: data at (0.150, 45.0, 1.33, -3.00), estimate (theta1, theta2, theta4)
+    tight = ji.Integrator(rtol=1e-12, atol=1e-12)
+    true = np.array([0.150, 45.0, 1.33, -3.00])
+    data = ji.simulate(m, true, integrator=tight).ys
+    est = ji.estimate(
+        ji.fix_parameters(m, {"theta3": 1.33}), data, theta0=[0.1, 30.0, -2.0], integrator=tight
+    )
+    np.testing.assert_allclose(np.asarray(est.theta), true[[0, 1, 3]], rtol=1e-6)
+    # with theta3 fixed at the sample mean, the product theta3 theta4 is what is recovered
+    est = ji.estimate(red.reduced_model, data, theta0=[0.1, 30.0, -2.0], integrator=tight)
+    np.testing.assert_allclose(float(est.theta[2]) * red.fixed["theta3"], 1.33 * -3.0, rtol=1e-6)
+
+
+def test_wind_turbine_all_identifiable_and_estimation():
+    m = ji.models.load("wind_turbine")
+    res = ji.lserc(m, twin=0, singular=0)
+    assert res.identifiable == ("KQi", "KVi", "R", "X", "E") and res.identifiable_at_theta
+    tight = ji.Integrator(rtol=1e-12, atol=1e-12)
+    data = ji.simulate(m, integrator=tight).ys
+    reduced = ji.fix_parameters(m, {"KQi": 0.1, "KVi": 40.0, "E": 1.0164})
+    est = ji.estimate(reduced, data, theta0=[0.02 * 1.01, 0.02987 * 1.01], integrator=tight)
+    np.testing.assert_allclose(np.asarray(est.theta), [0.02, 0.02987], rtol=1e-4)
+    # the step matters: at a steady state the control gains leave no trace in V
+    still = eqx_replace(m, Q_cmd0=m.Q_cmd)
+    res = ji.lserc(still, directions=[np.eye(5)[2]], twin=0, singular=0)
+    assert {"KQi", "KVi"} & set(res.non_identifiable)
+
+
+def eqx_replace(model, **kw):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda m: [getattr(m, k) for k in kw], model, list(kw.values()))
+
+
+def test_ivgtt_reduction_over_25_samples():
+    m = ji.models.load("ivgtt")
+    red = ji.reduce_parameters(m, key=jax.random.key(1), n=25, progress=False)
+    assert set(red.non_identifiable) == {"p1", "p2", "p3", "p4", "p9", "p11", "p12"}
+    assert set(red.identifiable) == {"p5", "p6", "p7", "p8", "p10", "gamma"}
+
+
+def test_lserc_graph_orders_lapack_calls():
+    from jaxident._identify._lserc import _lserc_jit, _probe_directions
+
+    m = ji.models.load("nonsmooth_dae_example")
+    D, _ = _probe_directions(4, None, 0.01, "next")
+
+    def f(th):
+        return _lserc_jit(
+            m,
+            th,
+            m.times,
+            jnp.asarray(D),
+            m.integrator,
+            ji.RelativeTolerance(1e-9),
+            1e-8,
+            0.01,
+            1,
+            False,
+        )
+
+    text = jax.jit(jax.vmap(f)).lower(jnp.ones((2, 4)) * m.parameters.nominal).compile().as_text()
+    assert unordered_lapack_pairs(text) == []
+
+
+def test_bad_arguments():
+    m = ji.models.load("nonsmooth_dae_example")
+    with pytest.raises(ValueError, match="entries"):
+        ji.lserc(m, directions=[[1.0, 0.0]])
+    with pytest.raises(ValueError, match="q must"):
+        ji.lserc(m, q=7)
+    with pytest.raises(ValueError, match="key"):
+        ji.reduce_parameters(m)
+    with pytest.raises(ValueError, match="Did you mean"):
+        ji.fix_parameters(m, {"theta5": 1.0})
+    with pytest.raises(ValueError, match="nothing"):
+        ji.fix_parameters(m, dict.fromkeys(m.parameters.names, 1.0))
