@@ -1,11 +1,27 @@
 import importlib.metadata
 
 from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
-from ._estimate import Estimate as Estimate, estimate as estimate, OptaxLD as OptaxLD
+from ._estimate import (
+    Estimate as Estimate,
+    estimate as estimate,
+    OptaxLD as OptaxLD,
+    Profile as Profile,
+    profile as profile,
+)
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,
     Selection as Selection,
+)
+from ._identify._delay import (
+    attractor_states as attractor_states,
+    delay_estimability as delay_estimability,
+    delay_jacobian as delay_jacobian,
+    DelayEstimability as DelayEstimability,
+    Estimability as Estimability,
+    estimability as estimability,
+    free_initial_state as free_initial_state,
+    InitialStateModel as InitialStateModel,
 )
 from ._identify._lserc import (
     LSERC as LSERC,
@@ -39,11 +55,19 @@ from ._nonsmooth import (
     nmin as nmin,
 )
 from ._parameters import Parameters as Parameters, ParameterValues as ParameterValues
+from ._perturb import (
+    perturbation_analysis as perturbation_analysis,
+    PerturbationAnalysis as PerturbationAnalysis,
+    rom_perturbation_error as rom_perturbation_error,
+    rom_similarity as rom_similarity,
+    Similarity as Similarity,
+)
 from ._reduce import (
     fix_parameters as fix_parameters,
     FixedDAEModel as FixedDAEModel,
     FixedODEModel as FixedODEModel,
 )
+from ._rom import POD as POD, pod_basis as pod_basis, pod_reduce as pod_reduce, PODModel as PODModel
 from ._sensitivity import (
     ld_sensitivity as ld_sensitivity,
     LSensitivity as LSensitivity,

@@ -147,22 +147,18 @@ def _check_data(data, n_times, n_out):
 
 
 def _transform(theta0, lower, upper, bounded):
-    """z -> theta: scaled (theta = s z) or bounded (lower + (upper - lower) sigmoid(z))."""
-    if bounded:
-        width = upper - lower
+    """z -> theta: scaled (theta = s z), or, for parameters with two finite bounds when
+    `bounded`, lower + (upper - lower) sigmoid(z)."""
+    scale = jnp.where(jnp.abs(theta0) > 0, jnp.abs(theta0), 1.0)
+    box = bounded & jnp.isfinite(lower) & jnp.isfinite(upper)
+    lo = jnp.where(box, lower, 0.0)
+    width = jnp.where(box, upper - lower, 1.0)
+    frac = jnp.clip((theta0 - lo) / width, 1e-6, 1 - 1e-6)
+    z0 = jnp.where(box, jnp.log(frac) - jnp.log1p(-frac), theta0 / scale)
 
-        def to_theta(z):
-            return lower + width * jax.nn.sigmoid(z)
+    def to_theta(z):
+        return jnp.where(box, lo + width * jax.nn.sigmoid(z), scale * z)
 
-        frac = jnp.clip((theta0 - lower) / width, 1e-6, 1 - 1e-6)
-        z0 = jnp.log(frac) - jnp.log1p(-frac)
-    else:
-        scale = jnp.where(jnp.abs(theta0) > 0, jnp.abs(theta0), 1.0)
-
-        def to_theta(z):
-            return scale * z
-
-        z0 = theta0 / scale
     return to_theta, z0
 
 
@@ -223,15 +219,17 @@ def _estimate(model, data, sigma, times, theta0, lower, upper, bounded, solver, 
     J = jax.jacfwd(lambda th: (outputs(th) - data) / sigma)(theta)
     ok = ok & jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(J))
     width = upper - lower
-    at_bound = bounded & (
-        (jnp.abs(theta - lower) <= 1e-6 * width) | (jnp.abs(upper - theta) <= 1e-6 * width)
+    at_bound = (
+        bounded
+        & jnp.isfinite(width)
+        & ((jnp.abs(theta - lower) <= 1e-6 * width) | (jnp.abs(upper - theta) <= 1e-6 * width))
     )
     return theta, r, jnp.sum(r**2), J, jnp.asarray(steps), ok, at_bound
 
 
 def estimate(
     model: AbstractModel,
-    data: ArrayLike | Sequence,
+    data: ArrayLike | Sequence | Trajectory,
     times: ArrayLike | Sequence | None = None,
     *,
     theta0: ArrayLike | dict | Sequence | None = None,
@@ -261,7 +259,7 @@ def estimate(
       the generalized gradient of eq. (25) with an optax optimiser.
     - `bounds`: `False` (unconstrained, in coordinates scaled by `|theta0|`), `True` (the
       model's bounds) or `(lower, upper)`: enforced by a smooth change of variables, so
-      estimates stay inside.
+      estimates stay inside. Parameters with an infinite bound are left unconstrained.
     - `max_steps`: iteration cap of the optimistix solver.
     - `throw`: raise when the solve did not converge (default); else see `ok`.
 
@@ -329,3 +327,121 @@ def estimate(
     if throw and not bool(ok):
         raise RuntimeError(f"Estimation failed: {message}.\n{est!r}")
     return est
+
+
+class Profile(eqx.Module):
+    """The result of `ji.profile`: one parameter held at each of `values`, the others
+    re-estimated.
+
+    **Fields:** `name` (the profiled parameter), `values`, `names` (the re-estimated
+    ones), `estimates` (`(n_values, p - 1)`), `cost` (`(n_values,)`), `ok`.
+    """
+
+    name: str = eqx.field(static=True)
+    values: np.ndarray
+    names: tuple[str, ...] = eqx.field(static=True)
+    estimates: np.ndarray
+    cost: np.ndarray
+    ok: np.ndarray
+
+    def slope(self, at: float | None = None) -> dict[str, float]:
+        """`d(estimate)/d(profiled value)` of each re-estimated parameter by central
+        differences of the profile at the point nearest `at` (default the middle): the
+        local direction of dependence."""
+        x = np.asarray(self.values)
+        i = len(x) // 2 if at is None else int(np.argmin(np.abs(x - at)))
+        i = min(max(i, 1), len(x) - 2)
+        d = (self.estimates[i + 1] - self.estimates[i - 1]) / (x[i + 1] - x[i - 1])
+        return dict(zip(self.names, d.tolist()))
+
+    def plot(self, *, true: dict | None = None):
+        from .plot import profile as _plot
+
+        return _plot(self, true=true)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "values": np.asarray(self.values).tolist(),
+            "names": list(self.names),
+            "estimates": np.asarray(self.estimates).tolist(),
+            "cost": np.asarray(self.cost).tolist(),
+            "ok": np.asarray(self.ok).tolist(),
+        }
+
+    def __repr__(self) -> str:
+        x = np.asarray(self.values)
+        return (
+            f"Profile of {self.name} over [{x.min():.4g}, {x.max():.4g}] ({x.size} values, "
+            f"{int((~self.ok).sum())} failed); re-estimated: {', '.join(self.names)}; "
+            f"cost in [{np.nanmin(self.cost):.3g}, {np.nanmax(self.cost):.3g}]"
+        )
+
+
+def profile(
+    model: AbstractModel,
+    data: ArrayLike | Sequence | Trajectory,
+    name: str,
+    values: ArrayLike | Sequence,
+    times: ArrayLike | Sequence | None = None,
+    *,
+    theta0: ArrayLike | dict | Sequence | None = None,
+    progress: bool = True,
+    **kwargs,
+) -> Profile:
+    """Profile of one parameter: hold `name` at each of `values` and re-estimate all the
+    others by `ji.estimate` (Schumann-Bischoff et al. 2016, Figs. 9 and 18; Raue et al.
+    2009). The walk starts at the value nearest `theta0[name]` and moves outwards, each fit
+    starting from its neighbour's estimate.
+
+    **Arguments:** `model`, `data`, `times`, `theta0` and `**kwargs` (`sigma`, `solver`,
+    `bounds`, `max_steps`, `integrator`) as for `ji.estimate`; `name` and `values` the
+    profiled parameter and its grid.
+
+    **Returns:** a `Profile` (failed fits are NaN with `ok = False`, not an error).
+
+    **Example:**
+
+    ```python
+    aug = ji.free_initial_state(ji.models.load("colpitts"))
+    prof = ji.profile(aug, data, "p4", jnp.linspace(5.5, 7.0, 16))
+    prof.slope()   # {'x1': ..., 'p1': < 0, 'p2': < 0, 'p3': ~ 0}
+    ```
+    """
+    from ._reduce import fix_parameters
+
+    check_model(model)
+    params = model.parameters
+    j = params.index(name)
+    values = np.asarray(values, dtype=float).reshape(-1)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError("values must be a non-empty array of finite numbers.")
+    values = np.sort(values)
+    theta0 = np.asarray(check_theta(model, theta0))
+    free = [i for i in range(params.p) if i != j]
+    start = int(np.argmin(np.abs(values - theta0[j])))
+    order = list(range(start, values.size)) + list(range(start - 1, -1, -1))
+    est = np.full((values.size, len(free)), np.nan)
+    cost = np.full(values.size, np.nan)
+    ok = np.zeros(values.size, bool)
+    kwargs.setdefault("throw", False)
+    from tqdm.auto import tqdm
+
+    for step, i in enumerate(tqdm(order, desc=f"profile {name}", disable=not progress)):
+        if step == 0 or i == start - 1:
+            guess = theta0[free]
+            if i == start - 1 and ok[start]:
+                guess = est[start]
+        reduced = fix_parameters(model, {name: values[i]})
+        fit = estimate(reduced, data, times, theta0=guess, **kwargs)
+        if bool(fit.ok):
+            est[i], cost[i], ok[i] = np.asarray(fit.theta), float(fit.cost), True
+            guess = est[i]
+    return Profile(
+        name=name,
+        values=values,
+        names=tuple(params.names[i] for i in free),
+        estimates=est,
+        cost=cost,
+        ok=ok,
+    )

@@ -73,6 +73,23 @@ class AbstractModel(eqx.Module):
     integrator: ClassVar[Integrator] = Integrator()
 
 
+class Delegating:
+    """Mixin for models that wrap another (`self.base`): the time grid, output names and
+    integrator are the wrapped model's."""
+
+    @property
+    def times(self):
+        return self.base.times
+
+    @property
+    def output_names(self):
+        return self.base.output_names
+
+    @property
+    def integrator(self) -> Integrator:
+        return self.base.integrator
+
+
 class ODEModel(AbstractModel):
     """An ODE model `x' = f(t, x, theta)`, `x(t0) = x0(theta)`, `y = h(t, x, theta)`.
 
@@ -114,6 +131,16 @@ class ODEModel(AbstractModel):
     @abc.abstractmethod
     def output(self, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues) -> Array:
         """The observed quantity at time `t` in state `x`: a scalar or a vector."""
+
+    def lift(self, x: PyTree[Array]) -> PyTree[Array]:
+        """The state in the full space; identity except for reduced-order models
+        (`ji.pod_reduce`), which return `basis @ x + mean`."""
+        return x
+
+    def restrict(self, y: PyTree[Array]) -> PyTree[Array]:
+        """A full-space state mapped to this model's state; identity except for
+        reduced-order models, which return `basis.T @ (y - mean)`."""
+        return y
 
 
 class DAEModel(AbstractModel):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._model import AbstractModel, DAEModel, Integrator, ODEModel
+from ._model import AbstractModel, DAEModel, Delegating, ODEModel
 from ._parameters import Parameters, ParameterValues
 
 
@@ -34,7 +34,7 @@ def _split(model: AbstractModel, values: Mapping[str, float]):
     return free, free_idx, jnp.asarray(full)
 
 
-class _Reduced:
+class _Reduced(Delegating):
     """Shared helpers of the fixed-parameter wrappers (a plain mixin, no state)."""
 
     def full_theta(self, theta: ParameterValues) -> ParameterValues:
@@ -48,20 +48,8 @@ class _Reduced:
         return {names[i]: float(self.fixed_values[i]) for i in range(len(names)) if i not in free}
 
     @property
-    def output_names(self):
-        return self.base.output_names
-
-    @property
     def state_names(self):
         return self.base.state_names
-
-    @property
-    def integrator(self) -> Integrator:
-        return self.base.integrator
-
-    @property
-    def times(self):
-        return self.base.times
 
     @property
     def t0(self):

@@ -111,3 +111,94 @@ def analysis(sel, freq: Mapping[str, float] | None = None, *, n: int | None = No
     if title:
         fig.suptitle(title)
     return fig
+
+
+_DELAY_LABELS = {
+    "singular": r"$\log_{10}\,\sigma_{%s}/\sigma_1$",
+    "basis": r"$\tilde v_B^{(%d)}(%s)$",
+    "uncertainty": r"$\log_{10}\, v(%s)$",
+    "correlation": r"$\rho(%s, %s)$",
+}
+
+
+def delay_histograms(result, kind: str = "singular", *, column: int = 0, pairs=None, bins=50):
+    """Colour-coded histograms over the delay `tau`, one panel per quantity, of a
+    `ji.delay_estimability` result (Schumann-Bischoff et al. 2016, Figs. 3-5 and 10-16):
+    `kind` is `"singular"`, `"basis"` (column `column` of `V~_B`), `"uncertainty"` or
+    `"correlation"` (`pairs`, default every pair). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    names = result.names
+    if kind == "singular":
+        items = list(range(1, len(names) + 1))
+    elif kind == "correlation":
+        items = (
+            [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+            if pairs is None
+            else list(pairs)
+        )
+    else:
+        items = list(names)
+    ncol = min(4, len(items))
+    nrow = -(-len(items) // ncol)
+    fig, axes = plt.subplots(
+        nrow, ncol, figsize=(3.0 * ncol, 2.3 * nrow), squeeze=False, constrained_layout=True
+    )
+    taus = np.asarray(result.taus)
+    for ax, item in zip(axes.flat, items):
+        counts, _, edges = result.histogram(kind, item, bins=bins, column=column)
+        if taus.size > 1:
+            dt = np.diff(taus)
+            tedges = np.concatenate(
+                [[taus[0] - dt[0] / 2], taus[:-1] + dt / 2, [taus[-1] + dt[-1] / 2]]
+            )
+        else:
+            tedges = np.array([taus[0] * 0.9, taus[0] * 1.1])
+        ax.pcolormesh(tedges, edges, np.ma.masked_equal(counts.T, 0), cmap="viridis")
+        if kind == "singular":
+            label = _DELAY_LABELS[kind] % item
+        elif kind == "basis":
+            label = _DELAY_LABELS[kind] % (column + 1, item)
+        elif kind == "correlation":
+            label = _DELAY_LABELS[kind] % item
+        else:
+            label = _DELAY_LABELS[kind] % item
+        ax.set_title(label, fontsize="small")
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set_xlabel(r"$\tau$", fontsize="small")
+        ax.tick_params(labelsize="x-small")
+    for ax in list(axes.flat)[len(items) :]:
+        ax.set_visible(False)
+    return fig
+
+
+def profile(prof, *, true: Mapping[str, float] | None = None):
+    """The estimates of the free parameters, and the cost, against the profiled
+    parameter (Schumann-Bischoff et al. 2016, Figs. 9 and 18). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    names = prof.names
+    n = len(names) + 1
+    ncol = min(3, n)
+    nrow = -(-n // ncol)
+    fig, axes = plt.subplots(
+        nrow, ncol, figsize=(3.2 * ncol, 2.4 * nrow), squeeze=False, constrained_layout=True
+    )
+    x = np.asarray(prof.values)
+    est = np.asarray(prof.estimates)
+    for i, (ax, name) in enumerate(zip(axes.flat, names)):
+        ax.plot(x, est[:, i], "o", ms=3, color="tab:blue")
+        if true is not None and name in true:
+            ax.axhline(true[name], color="tab:red", ls="--", lw=1)
+        if true is not None and prof.name in true:
+            ax.axvline(true[prof.name], color="k", lw=1)
+        ax.set_title(name, fontsize="small")
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set_xlabel(prof.name, fontsize="small")
+    ax = list(axes.flat)[len(names)]
+    ax.semilogy(x, np.maximum(np.asarray(prof.cost), 1e-300), "o", ms=3, color="0.3")
+    ax.set_title("cost", fontsize="small")
+    ax.set_xlabel(prof.name, fontsize="small")
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    return fig

@@ -27,5 +27,14 @@ from .._linalg._rank import (
     RelativeTolerance as RelativeTolerance,
 )
 from .._linalg._results import RESULTS as RESULTS
+from .._linalg._sce import (
+    random_orthonormal as random_orthonormal,
+    sce_estimate as sce_estimate,
+    sce_norm as sce_norm,
+    similarity_index as similarity_index,
+    wallis as wallis,
+    worst_direction as worst_direction,
+    WorstDirection as WorstDirection,
+)
 from .._linalg._subset import column_subset as column_subset, srrqr as srrqr
 from . import testmatrices as testmatrices

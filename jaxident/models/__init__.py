@@ -4,6 +4,12 @@
 used directly, e.g. `ji.models.SVIR()`.
 """
 
+from ._brusselator import Brusselator2D as Brusselator2D
+from ._chaotic import (
+    Colpitts as Colpitts,
+    HindmarshRose as HindmarshRose,
+    Rossler as Rossler,
+)
 from ._epidemic import COVID as COVID, SEIR as SEIR, SEVIR as SEVIR, SIR as SIR, SVIR as SVIR
 from ._kinetics import (
     ALPHA_PINENE_DATA as ALPHA_PINENE_DATA,

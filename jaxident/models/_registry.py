@@ -1,6 +1,8 @@
 import difflib
 
 from .._model import AbstractModel
+from ._brusselator import Brusselator2D
+from ._chaotic import Colpitts, HindmarshRose, Rossler
 from ._epidemic import COVID, SEIR, SEVIR, SIR, SVIR
 from ._kinetics import AlphaPinene
 from ._lserc import IVGTT, NonsmoothDAEExample, WindTurbine
@@ -16,6 +18,10 @@ _MODELS: dict[str, type[AbstractModel]] = {
     "nonsmooth_dae_example": NonsmoothDAEExample,
     "wind_turbine": WindTurbine,
     "ivgtt": IVGTT,
+    "colpitts": Colpitts,
+    "rossler": Rossler,
+    "hindmarsh_rose": HindmarshRose,
+    "brusselator_2d": Brusselator2D,
 }
 
 
