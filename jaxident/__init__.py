@@ -30,6 +30,15 @@ from ._identify._lserc import (
     reduce_parameters as reduce_parameters,
     Reduction as Reduction,
 )
+from ._identify._stepwise import (
+    Evaluation as Evaluation,
+    MeasurementError as MeasurementError,
+    one_by_one as one_by_one,
+    scaled_sensitivity as scaled_sensitivity,
+    set_by_set as set_by_set,
+    StepwiseSelection as StepwiseSelection,
+    worst_case_evaluations as worst_case_evaluations,
+)
 from ._linalg._css._gks import GKS as GKS
 from ._linalg._css._lrrqr import LRRQR as LRRQR
 from ._linalg._css._qrcp import QRCP as QRCP
@@ -40,8 +49,16 @@ from ._linalg._rank import (
     LargestGap as LargestGap,
     RelativeTolerance as RelativeTolerance,
 )
+from ._linalg._ranking import (
+    AbstractRankingCriterion as AbstractRankingCriterion,
+    CollinearityIndex as CollinearityIndex,
+    NSRGA as NSRGA,
+    Orthogonalization as Orthogonalization,
+    SensitivityNorm as SensitivityNorm,
+)
 from ._model import (
     AbstractModel as AbstractModel,
+    AlgebraicModel as AlgebraicModel,
     DAEModel as DAEModel,
     Integrator as Integrator,
     ODEModel as ODEModel,
@@ -64,6 +81,7 @@ from ._perturb import (
 )
 from ._reduce import (
     fix_parameters as fix_parameters,
+    FixedAlgebraicModel as FixedAlgebraicModel,
     FixedDAEModel as FixedDAEModel,
     FixedODEModel as FixedODEModel,
 )

@@ -14,7 +14,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from ._model import AbstractModel, Integrator
 from ._nonsmooth import ld_jvp
 from ._sensitivity import directions_matrix
-from ._simulate import check_model, check_theta, check_times, solve, Trajectory
+from ._simulate import check_model, check_theta, check_times, n_outputs, solve, Trajectory
 
 
 class OptaxLD(eqx.Module):
@@ -148,18 +148,38 @@ def _check_data(data, n_times, n_out):
 
 def _transform(theta0, lower, upper, bounded):
     """z -> theta: scaled (theta = s z), or, for parameters with two finite bounds when
-    `bounded`, lower + (upper - lower) sigmoid(z)."""
+    `bounded`, a sigmoid onto the box: in log-space when both bounds are positive (rate
+    constants spanning decades), `exp(log lo + log(up/lo) sigmoid(z))`, else
+    `lo + (up - lo) sigmoid(z)`."""
     scale = jnp.where(jnp.abs(theta0) > 0, jnp.abs(theta0), 1.0)
     box = bounded & jnp.isfinite(lower) & jnp.isfinite(upper)
-    lo = jnp.where(box, lower, 0.0)
-    width = jnp.where(box, upper - lower, 1.0)
-    frac = jnp.clip((theta0 - lo) / width, 1e-6, 1 - 1e-6)
+    logbox = box & (lower > 0)
+
+    def warp(x):
+        return jnp.where(logbox, jnp.log(jnp.where(logbox, x, 1.0)), x)
+
+    lo = jnp.where(box, warp(lower), 0.0)
+    width = jnp.where(box, warp(upper) - lo, 1.0)
+    frac = jnp.clip((warp(theta0) - lo) / width, 1e-6, 1 - 1e-6)
     z0 = jnp.where(box, jnp.log(frac) - jnp.log1p(-frac), theta0 / scale)
 
     def to_theta(z):
-        return jnp.where(box, lo + width * jax.nn.sigmoid(z), scale * z)
+        inside = lo + width * jax.nn.sigmoid(z)
+        inside = jnp.where(logbox, jnp.exp(jnp.where(logbox, inside, 0.0)), inside)
+        return jnp.where(box, inside, scale * z)
 
     return to_theta, z0
+
+
+# A failed solve at a trial point must look like a very bad point, not NaN: the
+# solver then rejects the step (and NaN would reach the linear solve and raise).
+_FAILED_RESIDUAL = 1e8
+
+
+def finite_residual(r: Array) -> Array:
+    """`r`, or a large constant wherever the model could not be solved (NaN/inf)."""
+    ok = jnp.all(jnp.isfinite(r))
+    return jnp.where(ok, r, jnp.asarray(_FAILED_RESIDUAL, r.dtype))
 
 
 @eqx.filter_jit
@@ -171,7 +191,7 @@ def _estimate(model, data, sigma, times, theta0, lower, upper, bounded, solver, 
         return solved.ys.reshape(-1)
 
     def residual(z, _):
-        return (outputs(to_theta(z)) - data) / sigma
+        return finite_residual((outputs(to_theta(z)) - data) / sigma)
 
     if isinstance(solver, OptaxLD):
         M = directions_matrix(
@@ -276,9 +296,7 @@ def estimate(
     times = check_times(model, times)
     theta0 = check_theta(model, theta0)
     integ = model.integrator if integrator is None else integrator
-    n_out = jax.eval_shape(
-        lambda th: solve(model, th, times, integ, diffrax.ForwardMode()).ys, theta0
-    ).shape[1]
+    n_out = n_outputs(model, theta0)
     data = _check_data(data, times.shape[0], n_out)
     sigma = jnp.broadcast_to(jnp.asarray(sigma, dtype=float), data.shape)
     if not bool(jnp.all(sigma > 0)):

@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
 from ._parameters import Parameters, ParameterValues
@@ -186,3 +187,43 @@ class DAEModel(AbstractModel):
     @abc.abstractmethod
     def output(self, t: Float[Array, ""], x: Array, w: Array, theta: ParameterValues) -> Array:
         """The observed quantity `h(t, x, w, theta)`: a scalar or a vector."""
+
+
+class AlgebraicModel(AbstractModel):
+    """A static model `y_i = h(u_i, theta)`, observed at experimental conditions `u_i`
+    (the rows of `conditions`): regression models, steady-state models, designed
+    experiments (Alberton et al. 2013, eq. 7).
+
+    There is no time: `times` are the experiment indices `0, 1, ..., n-1` (pass a subset
+    of them wherever a function takes `times`), so sensitivities, selections,
+    `ji.estimate` and `ji.set_by_set` apply unchanged. Rows of a sensitivity matrix are
+    (experiment, output) pairs in experiment-major order.
+
+    Subclass it, declare `parameters` and `conditions`, and implement `response`.
+
+    **Example:**
+
+    ```python
+    class Line(ji.AlgebraicModel):
+        parameters: ji.Parameters = ji.Parameters(["a", "b"], [1.0, 0.5])
+        conditions: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0, 1, 5)[:, None])
+
+        def response(self, u, theta):
+            return theta.a + theta.b * u[0]
+    ```
+    """
+
+    conditions: eqx.AbstractVar[Float[Array, "n d"]]
+
+    @property
+    def times(self) -> Float[Array, " n"]:
+        """The experiment indices."""
+        return jnp.arange(self.conditions.shape[0], dtype=float)
+
+    @property
+    def t0(self) -> float:
+        return -1.0
+
+    @abc.abstractmethod
+    def response(self, u: Float[Array, " d"], theta: ParameterValues) -> Array:
+        """The observed quantity at conditions `u`: a scalar or a vector."""

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._model import AbstractModel, DAEModel, Delegating, ODEModel
+from ._model import AbstractModel, AlgebraicModel, DAEModel, Delegating, ODEModel
 from ._parameters import Parameters, ParameterValues
 
 
@@ -102,6 +102,22 @@ class FixedDAEModel(_Reduced, DAEModel):
         return self.base.output(t, x, w, self.full_theta(theta))
 
 
+class FixedAlgebraicModel(_Reduced, AlgebraicModel):
+    """An `AlgebraicModel` with some parameters fixed; made by `ji.fix_parameters`."""
+
+    base: AlgebraicModel
+    parameters: Parameters
+    free_index: tuple[int, ...] = eqx.field(static=True)
+    fixed_values: Float[Array, " p_full"]
+
+    @property
+    def conditions(self):
+        return self.base.conditions
+
+    def response(self, u, theta):
+        return self.base.response(u, self.full_theta(theta))
+
+
 def fix_parameters(model: AbstractModel, values: Mapping[str, float]):
     """The model with the parameters in `values` held at those values.
 
@@ -124,4 +140,8 @@ def fix_parameters(model: AbstractModel, values: Mapping[str, float]):
         return FixedDAEModel(model, free, free_idx, full)
     if isinstance(model, ODEModel):
         return FixedODEModel(model, free, free_idx, full)
-    raise TypeError(f"Expected an ODEModel or DAEModel, got {type(model).__name__}.")
+    if isinstance(model, AlgebraicModel):
+        return FixedAlgebraicModel(model, free, free_idx, full)
+    raise TypeError(
+        f"Expected an ODEModel, DAEModel or AlgebraicModel, got {type(model).__name__}."
+    )

@@ -12,7 +12,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
 from ._context import resolve_throw
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
-from ._model import AbstractModel, DAEModel, Integrator
+from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
 
 
 class Trajectory(eqx.Module):
@@ -89,6 +89,13 @@ def check_times(model: AbstractModel, times) -> Array:
     times = model.times if times is None else jnp.asarray(times, dtype=float)
     if times.ndim != 1 or times.shape[0] == 0:
         raise ValueError(f"times must be a non-empty 1-D array, got shape {times.shape}.")
+    if isinstance(model, AlgebraicModel) and not isinstance(times, jax.core.Tracer):
+        t, n = np.asarray(times), model.conditions.shape[0]
+        if np.any(t != np.round(t)) or np.any(t < 0) or np.any(t >= n):
+            raise ValueError(
+                f"{type(model).__name__} is an AlgebraicModel: `times` are experiment indices, "
+                f"integers in [0, {n}); got {t.tolist()[:8]}{'...' if t.size > 8 else ''}."
+            )
     if not isinstance(times, jax.core.Tracer) and not isinstance(model.t0, jax.core.Tracer):
         t = np.asarray(times)
         if not np.all(np.isfinite(t)):
@@ -102,6 +109,31 @@ def check_times(model: AbstractModel, times) -> Array:
         if t[-1] <= float(model.t0):
             raise ValueError(f"Need at least one time after t0 = {float(model.t0):g}.")
     return times
+
+
+def n_outputs(model: AbstractModel, theta: Array) -> int:
+    """The number of outputs of `model`, from its output function alone (tracing a
+    whole solve to learn it costs seconds for a stiff model)."""
+    th = model.parameters.view(theta)
+    t0 = jnp.asarray(model.t0, dtype=float)
+
+    def out(th):
+        if isinstance(model, AlgebraicModel):
+            y = model.response(model.conditions[0], th)
+        elif isinstance(model, DAEModel):
+            x0 = model.initial_state(th)
+            w0 = jnp.atleast_1d(jnp.asarray(model.initial_algebraic_guess(th), dtype=float))
+            y = model.output(t0, x0, w0, th)
+        else:
+            y = model.output(t0, model.initial_state(th), th)
+        return jnp.atleast_1d(y)
+
+    shape = jax.eval_shape(out, th).shape
+    if len(shape) != 1:
+        raise ValueError(
+            f"{type(model).__name__}'s output must be a scalar or a 1-D vector, got shape {shape}."
+        )
+    return shape[0]
 
 
 def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
@@ -145,6 +177,8 @@ def solve(
     """Integrate and observe, with NaN in `xs`/`ys` where the solve failed. No checks are
     raised here (see `raise_if_failed`). For a `DAEModel`, `xs` is `(x, w)`."""
     th = model.parameters.view(theta)
+    if isinstance(model, AlgebraicModel):
+        return _solve_algebraic(model, th, times)
     if isinstance(model, DAEModel):
         x0, w0, init_ok = consistent_initial_values(model, th, integrator)
         term = diffrax.ODETerm(dae_vector_field(model, integrator))
@@ -185,6 +219,15 @@ def solve(
     return Solved(
         states, ys, ok, success, init_ok, sol.result._value, sol.stats["num_accepted_steps"]
     )
+
+
+def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:
+    u = model.conditions[times.astype(jnp.int32)]
+    ys = jax.vmap(lambda ui: jnp.atleast_1d(model.response(ui, th)))(u)
+    ok = jnp.all(jnp.isfinite(ys))
+    ys = jnp.where(ok, ys, jnp.asarray(jnp.nan, ys.dtype))
+    true, zero = jnp.asarray(True), jnp.asarray(0, jnp.int32)
+    return Solved(ys, ys, ok, true, true, zero, zero)
 
 
 def raise_if_failed(model, x, solved: Solved):

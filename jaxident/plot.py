@@ -202,3 +202,26 @@ def profile(prof, *, true: Mapping[str, float] | None = None):
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     return fig
+
+
+def stepwise(result, ax=None):
+    """A stepwise selection (`ji.set_by_set`, `ji.one_by_one`): for each evaluation the
+    size of the candidate set tried (green: accepted, red: rejected) and the number of
+    parameters selected after it."""
+    ax = _axes(ax)
+    sizes = np.array([e.size for e in result.history])
+    ok = np.array([e.success for e in result.history])
+    idx = np.arange(1, sizes.size + 1)
+    ax.bar(idx, sizes, color=np.where(ok, "tab:green", "tab:red"), alpha=0.7, width=0.8)
+    selected, n = [], 0
+    for e in result.history:
+        n = e.size if e.success else n
+        selected.append(n)
+    ax.step(idx, selected, where="mid", color="k", label="selected")
+    ax.set_xlabel("evaluation")
+    ax.set_ylabel("parameters in the set")
+    ax.set_title(
+        f"{result.procedure}: {len(result.selected)} selected in {result.n_evaluations} evaluations"
+    )
+    ax.legend(frameon=False, fontsize="small", loc="upper left")
+    return ax

@@ -2,9 +2,35 @@ import os
 import pathlib
 
 
+def _one_core_per_worker() -> None:
+    """Give each pytest-xdist worker its own CPU cores.
+
+    jaxlib runs a vmapped LAPACK call (QR, SVD, triangular solve) by splitting the batch
+    over a thread pool sized to the CPUs the process may use, and its threads wait for
+    one another by spinning. Two workers on two shared cores then starve each other's
+    waits: a 2 s selection takes 40 s or more. Pinning each worker (and the notebook
+    kernels it starts, which inherit the mask) to its own cores sizes the pools to match.
+    It must run before JAX creates its CPU client.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < count:
+        return
+    share = len(cpus) // count
+    i = int(worker[2:]) % count
+    os.sched_setaffinity(0, cpus[i * share : (i + 1) * share])
+
+
+_one_core_per_worker()
+
 # A persistent compilation cache shared by the test workers and the notebook kernels (they
-# inherit the environment): the same models and selections compile once per run. It
-# lives in the checkout (ignored by git), so a fresh clone starts empty.
+# inherit the environment). It lives in the checkout (ignored by git), so a fresh clone
+# starts empty. JAX does not store functions with host callbacks (every function that can
+# raise through equinox's error_if, diffrax or lineax), so it helps the linear-algebra
+# core more than the model solves.
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache")
 )

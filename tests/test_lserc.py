@@ -58,7 +58,11 @@ def test_null_space_against_scipy():
     np.testing.assert_allclose(N @ N.T, ref @ ref.T, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_example1_directions_paper():
+    """Example 1 at theta*: the paper's ranks and sets for d = +e1 and d = -e1.
+    The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
+    is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("nonsmooth_dae_example")
     res = ji.lserc(m, m.THETA_STAR, directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
     assert int(res.reference.rank[0]) == 2
@@ -76,7 +80,11 @@ def test_example1_directions_paper():
     )
 
 
+@pytest.mark.slow
 def test_example1_full_algorithm1_and_report():
+    """Algorithm 1 with twin and singularity probing, and its report.
+    The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
+    is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("nonsmooth_dae_example")
     res = ji.lserc(m, m.THETA_STAR)
     assert len(res.kinds) == 16 and res.kinds.count("twin") == 8
@@ -86,7 +94,11 @@ def test_example1_full_algorithm1_and_report():
     assert d["directions"][0]["rank"] == 2 and d["pairwise"] == {"theta3": ["theta4"]}
 
 
+@pytest.mark.slow
 def test_example2_reduction_and_reestimation():
+    """Algorithm 2 over 25 LHS samples reduces theta3; re-estimation recovers 6 digits.
+    The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
+    is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("nonsmooth_dae_example")
     red = ji.reduce_parameters(m, key=jax.random.key(0), n=25, progress=False)
     assert red.non_identifiable == ("theta3",)
@@ -108,7 +120,11 @@ def test_example2_reduction_and_reestimation():
     np.testing.assert_allclose(float(est.theta[2]) * red.fixed["theta3"], 1.33 * -3.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_wind_turbine_all_identifiable_and_estimation():
+    """All five parameters identifiable at theta*; (R, X) re-estimated to 4 digits.
+    The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
+    is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("wind_turbine")
     res = ji.lserc(m, twin=0, singular=0)
     assert res.identifiable == ("KQi", "KVi", "R", "X", "E") and res.identifiable_at_theta
@@ -129,7 +145,11 @@ def eqx_replace(model, **kw):
     return eqx.tree_at(lambda m: [getattr(m, k) for k in kw], model, list(kw.values()))
 
 
+@pytest.mark.slow
 def test_ivgtt_reduction_over_25_samples():
+    """IVGTT with output I over 25 LHS samples: the paper's two sets.
+    The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
+    is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("ivgtt")
     red = ji.reduce_parameters(m, key=jax.random.key(1), n=25, progress=False)
     assert set(red.non_identifiable) == {"p1", "p2", "p3", "p4", "p9", "p11", "p12"}

@@ -26,6 +26,13 @@ from .._linalg._rank import (
     numerical_rank as numerical_rank,
     RelativeTolerance as RelativeTolerance,
 )
+from .._linalg._ranking import (
+    AbstractRankingCriterion as AbstractRankingCriterion,
+    CollinearityIndex as CollinearityIndex,
+    NSRGA as NSRGA,
+    Orthogonalization as Orthogonalization,
+    SensitivityNorm as SensitivityNorm,
+)
 from .._linalg._results import RESULTS as RESULTS
 from .._linalg._sce import (
     random_orthonormal as random_orthonormal,

@@ -10,11 +10,16 @@ from ._chaotic import (
     HindmarshRose as HindmarshRose,
     Rossler as Rossler,
 )
+from ._ecoli import EcoliChassagnole as EcoliChassagnole
 from ._epidemic import COVID as COVID, SEIR as SEIR, SEVIR as SEVIR, SIR as SIR, SVIR as SVIR
 from ._kinetics import (
     ALPHA_PINENE_DATA as ALPHA_PINENE_DATA,
     ALPHA_PINENE_TIMES as ALPHA_PINENE_TIMES,
     AlphaPinene as AlphaPinene,
+)
+from ._linear import (
+    LinearSuperparameterized as LinearSuperparameterized,
+    orthogonal_design as orthogonal_design,
 )
 from ._lserc import (
     IVGTT as IVGTT,

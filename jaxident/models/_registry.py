@@ -3,8 +3,10 @@ import difflib
 from .._model import AbstractModel
 from ._brusselator import Brusselator2D
 from ._chaotic import Colpitts, HindmarshRose, Rossler
+from ._ecoli import EcoliChassagnole
 from ._epidemic import COVID, SEIR, SEVIR, SIR, SVIR
 from ._kinetics import AlphaPinene
+from ._linear import LinearSuperparameterized
 from ._lserc import IVGTT, NonsmoothDAEExample, WindTurbine
 
 
@@ -22,6 +24,8 @@ _MODELS: dict[str, type[AbstractModel]] = {
     "rossler": Rossler,
     "hindmarsh_rose": HindmarshRose,
     "brusselator_2d": Brusselator2D,
+    "ecoli_chassagnole": EcoliChassagnole,
+    "linear_superparameterized": LinearSuperparameterized,
 }
 
 

@@ -1,0 +1,204 @@
+"""Criteria that rank parameters by how estimable they are, given the ones already
+selected (the first step of stepwise selection; Alberton et al. 2013, section 4).
+
+Each criterion acts on a scaled sensitivity matrix `B` (rows: observations, columns:
+parameters) and a boolean mask of the parameters already selected, and returns
+
+- `order`: every column index, the not-selected ones best first, the selected ones last;
+- `scores`: one dimensionless score per column, larger is better, `-inf` for the
+  selected ones. A parameter whose score is not above the criterion's `cutoff` is not
+  a candidate: its effect is negligible, or already explained by the selected ones.
+
+Pure `jax.numpy`; jittable and vmappable.
+"""
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from ._misc import column_norms, eps, matmul, svdvals
+
+
+class AbstractRankingCriterion(eqx.Module):
+    """A ranking of parameters for stepwise selection (see the module docstring).
+
+    Subclasses implement `__call__(B, selected) -> (order, scores)` and declare a
+    `cutoff`: the score a parameter must exceed to be a candidate.
+    """
+
+    cutoff: eqx.AbstractVar[float]
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def __call__(
+        self, B: Float[Array, "n p"], selected: Bool[Array, " p"]
+    ) -> tuple[Int[Array, " p"], Float[Array, " p"]]:
+        """The ranking of the not-selected columns of `B`."""
+
+    def eligible(self, scores: Float[Array, " p"]) -> Bool[Array, " p"]:
+        return scores > self.cutoff
+
+
+def _order_by(scores: Array) -> Array:
+    # Stable: among equal scores the earlier column comes first.
+    return jnp.argsort(-scores, stable=True).astype(jnp.int32)
+
+
+def _max_norm(B: Array) -> tuple[Array, Array]:
+    norms = column_norms(B)
+    top = jnp.max(norms)
+    return norms, jnp.where(top > 0, top, 1.0)
+
+
+def _project_out(B: Array, selected: Array) -> Array:
+    """`B` with the span of its selected columns removed (the residual of every column
+    after regression on the selected ones), from an SVD so that dependent or zero
+    selected columns are harmless."""
+    A = jnp.where(selected[None, :], B, 0.0)
+    U, s, _ = jnp.linalg.svd(A, full_matrices=False)
+    keep = s > max(B.shape) * eps(B) * jnp.max(s)
+    U = jnp.where(keep[None, :], U, 0.0)
+    for _ in range(2):  # twice is enough (Kahan-Parlett) for a clean projection
+        B = B - matmul(U, matmul(U.T, B))
+    return B
+
+
+class SensitivityNorm(AbstractRankingCriterion):
+    """The magnitude of each parameter's effect: the norm of its (scaled) sensitivity
+    vector `||b_j||`, relative to the largest (Alberton et al. 2013, section 2). Ignores
+    correlation with the selected parameters.
+
+    **Arguments:** `cutoff` (default `1e-8`): smaller relative norms are negligible.
+    """
+
+    cutoff: float = 1e-8
+    name: ClassVar[str] = "sensitivity norm"
+
+    def __call__(self, B, selected):
+        norms, top = _max_norm(B)
+        scores = jnp.where(selected, -jnp.inf, norms / top)
+        return _order_by(scores), scores
+
+
+class Orthogonalization(AbstractRankingCriterion):
+    """The orthogonalization ranking of Yao, Shaw, Kou, McAuley & Bacon (2003), used by
+    Alberton et al. (2013): repeatedly take the parameter whose sensitivity vector has
+    the largest part orthogonal to those already taken (the selected ones first), and
+    remove that direction from the rest. The score of a parameter is the norm of that
+    orthogonal part when it was taken, relative to the largest column norm of `B`:
+    it is small when the parameter has little effect or its effect is a combination of
+    better-ranked ones. (This is QR with column pivoting on `B` with the selected
+    columns forced first.)
+
+    **Arguments:** `cutoff` (default `1e-8`): the relative orthogonal part below which a
+    parameter is not a candidate (Yao et al. use an absolute cut-off on the same
+    quantity).
+    """
+
+    cutoff: float = 1e-8
+    name: ClassVar[str] = "orthogonalization (Yao et al. 2003)"
+
+    def __call__(self, B, selected):
+        n, p = B.shape
+        _, top = _max_norm(B)
+        Rm = jnp.where(selected[None, :], 0.0, _project_out(B, selected))
+        steps = min(n, p)
+
+        def body(i, carry):
+            Rm, picked, pick_at, scores = carry
+            norms = column_norms(Rm)
+            free = ~selected & ~picked
+            j = jnp.argmax(jnp.where(free, norms, -1.0)).astype(jnp.int32)
+            ok = free[j] & (norms[j] > 0)
+            q = Rm[:, j] / jnp.where(ok, norms[j], 1.0)
+            q = jnp.where(ok, q, 0.0)
+            for _ in range(2):
+                Rm = Rm - jnp.outer(q, matmul(q, Rm))
+            picked = picked.at[j].set(picked[j] | ok)
+            pick_at = pick_at.at[j].set(jnp.where(ok, i, pick_at[j]))
+            scores = scores.at[j].set(jnp.where(ok, norms[j], scores[j]))
+            return Rm, picked, pick_at, scores
+
+        zeros = jnp.zeros(p, bool)
+        init = (Rm, zeros, jnp.full(p, steps, jnp.int32), jnp.zeros(p, B.dtype))
+        Rm, picked, pick_at, scores = jax.lax.fori_loop(0, steps, body, init)
+        # Columns never taken keep their final (near-zero) residual norm as a score.
+        scores = jnp.where(picked, scores, column_norms(Rm)) / top
+        scores = jnp.where(selected, -jnp.inf, scores)
+        # Taken columns in the order taken, then the rest by score, the selected last.
+        key = jnp.where(picked, pick_at.astype(B.dtype), steps + 1.0 - scores)
+        key = jnp.where(selected, jnp.inf, key)
+        return jnp.argsort(key, stable=True).astype(jnp.int32), scores
+
+
+class NSRGA(AbstractRankingCriterion):
+    """The non-square relative gain array `NSRGA = B o (B^+)^T` (Alberton et al. 2013,
+    eq. 6; Cao & Rossiter 1997). The sum of column `j` is `(B^+ B)_jj`, the leverage of
+    parameter `j`: the share of its sensitivity vector that the data can separate from
+    the others (1 when every parameter is separable, less when columns are
+    collinear). Computed on `B` with the span of the selected columns removed, so that a
+    parameter already explained by the selection scores 0; ties are broken by the
+    column norm.
+
+    **Arguments:** `cutoff` (default `1e-8`), `rcond`: relative cut-off of the
+    pseudo-inverse (default `max(n, p) eps`).
+    """
+
+    cutoff: float = 1e-8
+    rcond: float | None = None
+    name: ClassVar[str] = "NSRGA (Cao & Rossiter 1997)"
+
+    def __call__(self, B, selected):
+        n, p = B.shape
+        norms, top = _max_norm(B)
+        Rm = jnp.where(selected[None, :], 0.0, _project_out(B, selected))
+        _, s, vt = jnp.linalg.svd(Rm, full_matrices=False)
+        rcond = max(n, p) * eps(B) if self.rcond is None else self.rcond
+        # Relative to the largest column of B, so that columns already explained by the
+        # selection (residual at rounding level) fall out.
+        keep = s > rcond * top
+        lev = jnp.sum(jnp.where(keep[:, None], vt, 0.0) ** 2, axis=0)
+        scores = jnp.where(selected, -jnp.inf, lev)
+        # Leverages that agree to 1e-9 are ties: the larger effect first.
+        coarse = jnp.round(jnp.where(selected, -1.0, lev) * 1e9)
+        order = jnp.lexsort((-norms, -coarse)).astype(jnp.int32)
+        return order, scores
+
+
+class CollinearityIndex(AbstractRankingCriterion):
+    """Importance over collinearity (Brun, Reichert & Kunsch 2001): the score of
+    parameter `j` is `(||b_j|| / max_k ||b_k||) / gamma_{S+j}`, where
+    `gamma_K = 1 / sigma_min(B~_K)` is Brun's collinearity index of the set `K` (the
+    selected parameters `S` and `j`) and `B~` has unit-norm columns. A parameter that
+    is nearly a combination of the selected ones has a large `gamma` and a small score.
+
+    **Arguments:** `cutoff` (default `1e-8`).
+    """
+
+    cutoff: float = 1e-8
+    name: ClassVar[str] = "collinearity index (Brun et al. 2001)"
+
+    def __call__(self, B, selected):
+        n, p = B.shape
+        norms, top = _max_norm(B)
+        unit = B / jnp.where(norms > 0, norms, 1.0)[None, :]
+        # The columns in the coordinates of an orthonormal basis of their span: r <= n
+        # rows, the same singular values for every subset.
+        _, s, vt = jnp.linalg.svd(unit, full_matrices=False)
+        C = s[:, None] * vt
+        r = C.shape[0]
+        size = jnp.sum(selected).astype(jnp.int32) + 1
+
+        def smallest(j):
+            mask = selected.at[j].set(True)
+            sv = svdvals(jnp.where(mask[None, :], C, 0.0))
+            return jnp.where(size <= r, sv[jnp.clip(size - 1, 0, r - 1)], 0.0)
+
+        sigma_min = jax.vmap(smallest)(jnp.arange(p))
+        scores = jnp.where(norms > 0, norms / top * sigma_min, 0.0)
+        scores = jnp.where(selected, -jnp.inf, scores)
+        return _order_by(scores), scores
