@@ -29,7 +29,7 @@ def full_problem(model):
     truth = model.parameters.nominal * jnp.exp(0.2 * jax.random.normal(k1, (model.parameters.p,)))
     # data from the sensitivity function the selections use (compiled here, once)
     y = ji.sensitivity(model, truth, throw=False).outputs.reshape(model.times.shape[0], -1)
-    data = y + (1e-2 * jnp.abs(y) + 1e-6) * jax.random.normal(k2, y.shape)
+    data = model.add_noise(k2, y)
     return model, data, model.times, model.integrator
 
 

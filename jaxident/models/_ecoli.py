@@ -499,9 +499,17 @@ class EcoliChassagnole(ODEModel):
         sens = sensitivity(reduced, truth, times, integrator=integrator, throw=False)
         if not bool(sens.ok):
             raise RuntimeError("The model could not be solved at the perturbed truth.")
-        y = sens.outputs.reshape(times.shape[0], -1)
-        data = y + (1e-2 * jnp.abs(y) + 1e-6) * jax.random.normal(k2, y.shape, y.dtype)
+        data = self.add_noise(k2, sens.outputs.reshape(times.shape[0], -1))
         return EcoliProblem(reduced, data, times, truth, integrator)
+
+    @staticmethod
+    def add_noise(
+        key: PRNGKeyArray, y: Array, *, relative: float = 1e-2, absolute: float = 1e-6
+    ) -> Array:
+        """`y` plus independent Gaussian errors of standard deviation
+        `relative * |y| + absolute` (Alberton et al. eq. 26, a = 1e-2, b = 1e-6)."""
+        noise = jax.random.normal(key, y.shape, dtype=y.dtype)
+        return y + (relative * jnp.abs(y) + absolute) * noise
 
     def synthetic_data(
         self,
@@ -512,10 +520,8 @@ class EcoliChassagnole(ODEModel):
         absolute: float = 1e-6,
     ) -> Float[Array, "n 13"]:
         """Measurements of the 13 species at `self.times`, simulated at `theta`
-        (default nominal) with independent Gaussian errors of standard deviation
-        `relative * y + absolute` (Alberton et al. eq. 26, a = 1e-2, b = 1e-6)."""
+        (default nominal), with the errors of `add_noise`."""
         from .._simulate import simulate
 
         y = simulate(self, theta, self.times).ys
-        noise = jax.random.normal(key, y.shape, dtype=y.dtype)
-        return y + (relative * jnp.abs(y) + absolute) * noise
+        return self.add_noise(key, y, relative=relative, absolute=absolute)
