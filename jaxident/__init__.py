@@ -47,6 +47,7 @@ from ._linalg._css._srrqr import StrongRRQR as StrongRRQR
 from ._linalg._rank import (
     AbsoluteTolerance as AbsoluteTolerance,
     LargestGap as LargestGap,
+    NearThresholdWarning as NearThresholdWarning,
     RelativeTolerance as RelativeTolerance,
 )
 from ._linalg._ranking import (
@@ -58,10 +59,13 @@ from ._linalg._ranking import (
 )
 from ._model import (
     AbstractModel as AbstractModel,
+    AbstractSensitivityMethod as AbstractSensitivityMethod,
     AlgebraicModel as AlgebraicModel,
     DAEModel as DAEModel,
+    DifferentiateSolver as DifferentiateSolver,
     Integrator as Integrator,
     ODEModel as ODEModel,
+    SensitivityEquations as SensitivityEquations,
 )
 from ._nonsmooth import (
     fsign as fsign,

@@ -7,6 +7,7 @@ import lineax as lx
 import optimistix as optx
 from jaxtyping import Array, Bool
 
+from ._linalg._scaling import equilibrate
 from ._model import DAEModel, Integrator
 from ._parameters import ParameterValues
 
@@ -75,12 +76,14 @@ def consistent_initial_values(model: DAEModel, theta: ParameterValues, integrato
     guess = jnp.atleast_1d(jnp.asarray(model.initial_algebraic_guess(theta), dtype=float))
     w0, ok = algebraic_solve(model, t0, x0, guess, theta, integrator)
     G = jax.jacfwd(lambda ww: _residual(model)(ww, (t0, x0, theta)))(jax.lax.stop_gradient(w0))
-    scale = jnp.max(jnp.abs(G))
-    # Nonsingular when elimination leaves no pivot below n eps scale.
+    # Unit-free: rows (equations) and columns (algebraic variables) equilibrated first.
+    # Nonsingular when elimination then leaves no pivot below 10 n eps.
+    nonzero = jnp.max(jnp.abs(G)) > 0
+    G = equilibrate(equilibrate(G)[0].T)[0].T
     n = G.shape[0]
     eps = jnp.finfo(G.dtype).eps
     U = _upper_pivots(G)
-    regular = jnp.all(jnp.abs(U) > 10 * n * eps * scale) & (scale > 0)
+    regular = jnp.all(jnp.abs(U) > 10 * n * eps * jnp.max(jnp.abs(G))) & nonzero
     return x0, w0, ok & regular
 
 

@@ -11,6 +11,27 @@ from jaxtyping import Array, Float, PyTree
 from ._parameters import Parameters, ParameterValues
 
 
+class AbstractSensitivityMethod(eqx.Module):
+    """How forward sensitivities are computed (an `Integrator`'s `sensitivity`)."""
+
+
+class SensitivityEquations(AbstractSensitivityMethod):
+    """The sensitivity system integrated together with the state, so that the step-size
+    controller bounds the error of the sensitivities too (the default). With
+    LD-derivatives for nonsmooth models (Abdelfattah et al. 2024, Proposition 1); for
+    implicit solvers the Newton matrix of the state is factorized once per step and
+    shared by all parameter directions. The sensitivities are then accurate to a few
+    times `rtol`, also at kinks of `nabs`/`nmax`/`nmin`/`nmid`."""
+
+
+class DifferentiateSolver(AbstractSensitivityMethod):
+    """Forward-mode differentiation of the discretised solve (`jax.jvp` through
+    `diffrax.diffeqsolve` with `adjoint=diffrax.ForwardMode()`): the exact derivative of
+    the numerical solution, whose step sizes the sensitivities do not influence. Often
+    a little faster; its error is not controlled (at a kink it can stay at 1e-5 whatever
+    `rtol`)."""
+
+
 class Integrator(eqx.Module):
     """How a model is integrated: a diffrax solver, tolerances and a step cap.
 
@@ -18,10 +39,12 @@ class Integrator(eqx.Module):
 
     - `solver`: any diffrax solver with an error estimate; `diffrax.Tsit5()` (default)
       for non-stiff models, `diffrax.Kvaerno5()` for stiff ones.
-    - `rtol`, `atol`: tolerances of the PID step-size controller. Sensitivities are
-      exact derivatives of the discretised solution, which is within about `rtol` of
-      the true one, so `rtol` also bounds the accuracy of a sensitivity matrix.
+    - `rtol`, `atol`: tolerances of the PID step-size controller. With the default
+      `sensitivity=SensitivityEquations()` the sensitivities are in the error test too,
+      so they are accurate to a few times `rtol` (see `Sensitivity.accuracy`).
     - `max_steps`: the step cap; reaching it is an error (or a failure flag in a sweep).
+    - `sensitivity`: `SensitivityEquations()` (default: error-controlled sensitivities)
+      or `DifferentiateSolver()`.
     - `dt0`: initial step; `None` lets the controller choose.
     - `algebraic_rtol`, `algebraic_atol`, `algebraic_max_steps`: the Newton solve that
       eliminates the algebraic variables of a `DAEModel` (optimistix).
@@ -41,6 +64,7 @@ class Integrator(eqx.Module):
     algebraic_rtol: float = 1e-12
     algebraic_atol: float = 1e-12
     algebraic_max_steps: int = 64
+    sensitivity: AbstractSensitivityMethod = SensitivityEquations()
 
     def __check_init__(self):
         if not (self.rtol > 0 and self.atol >= 0):
@@ -52,8 +76,8 @@ class Integrator(eqx.Module):
         if self.algebraic_max_steps < 1:
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
 
-    def controller(self) -> diffrax.AbstractStepSizeController:
-        return diffrax.PIDController(rtol=self.rtol, atol=self.atol)
+    def controller(self, jump_ts=None) -> diffrax.AbstractStepSizeController:
+        return diffrax.PIDController(rtol=self.rtol, atol=self.atol, jump_ts=jump_ts)
 
 
 class AbstractModel(eqx.Module):
@@ -132,6 +156,13 @@ class ODEModel(AbstractModel):
     @abc.abstractmethod
     def output(self, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues) -> Array:
         """The observed quantity at time `t` in state `x`: a scalar or a vector."""
+
+    def switching_times(self, theta: ParameterValues) -> Array | None:
+        """Times at which the right-hand side switches (kinks in `t` of `nabs`, `nmax`,
+        `nmin`, `nmid`, or steps in an input), possibly depending on the parameters, or
+        `None` (the default). The step-size controller steps onto them, so that no step
+        straddles a kink and the error control stays valid there."""
+        return None
 
     def lift(self, x: PyTree[Array]) -> PyTree[Array]:
         """The state in the full space; identity except for reduced-order models

@@ -2,7 +2,6 @@
 
 from collections.abc import Sequence
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -12,8 +11,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from ._context import resolve_throw
 from ._linalg._misc import after, matmul
 from ._model import AbstractModel, Integrator
-from ._nonsmooth import ld_jvp
-from ._simulate import check_model, check_theta, check_times, raise_if_failed, solve
+from ._forward import accuracy, forward_sensitivities
+from ._simulate import check_model, check_theta, check_times, raise_if_failed
 
 
 class Sensitivity(eqx.Module):
@@ -29,6 +28,8 @@ class Sensitivity(eqx.Module):
     - `output_names`: the output names, or `None`.
     - `scale`: `"none"` (dy/dtheta) or `"relative"` (dlog y / dlog theta).
     - `ok`: `False` where the solve failed (only with `throw=False`; the matrix is NaN).
+    - `accuracy`: the relative accuracy of the entries (`10 rtol` of the integrator, see
+      `ji.Integrator`); the default rank rules ask for no more digits than this.
     """
 
     matrix: Float[Array, "rows p"]
@@ -38,9 +39,15 @@ class Sensitivity(eqx.Module):
     output_names: tuple[str, ...] | None = eqx.field(static=True)
     scale: str = eqx.field(static=True)
     ok: Bool[Array, ""]
+    accuracy: float | None = eqx.field(static=True, default=None)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.outputs.shape[-1] // self.times.shape[-1]
 
     def to_dict(self) -> dict:
         return {
+            "accuracy": None if self.accuracy is None else float(self.accuracy),
             "matrix": np.asarray(self.matrix).tolist(),
             "outputs": np.asarray(self.outputs).tolist(),
             "times": np.asarray(self.times).tolist(),
@@ -67,11 +74,10 @@ class Sensitivity(eqx.Module):
 
 @eqx.filter_jit
 def _sensitivity(model, theta, times, integrator, scale, throw):
-    def f(th):
-        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
-        return solved.ys.reshape(-1), (solved.ys.reshape(-1), solved)
-
-    S, (y, solved) = jax.jacfwd(f, has_aux=True)(theta)
+    p = theta.shape[0]
+    y, S, solved = forward_sensitivities(
+        model, theta, times, integrator, jnp.eye(p, dtype=theta.dtype)
+    )
     ok = solved.ok
     ok = ok & jnp.all(jnp.isfinite(S))
     if scale == "relative":
@@ -119,6 +125,7 @@ def sensitivity(
         output_names=model.output_names,
         scale=scale,
         ok=ok,
+        accuracy=accuracy(model, integrator, S.dtype),
     )
 
 
@@ -131,9 +138,12 @@ def sensitivity_matrix(
     integrator: Integrator | None = None,
     throw: bool | None = None,
 ) -> Float[Array, "rows p"]:
-    """The sensitivity matrix `S[i, j] = d y_i / d theta_j` by forward-mode automatic
-    differentiation through the ODE solve (`jax.jacfwd` with
-    `adjoint=diffrax.ForwardMode()`): the exact derivative of the discretised solution.
+    """The sensitivity matrix `S[i, j] = d y_i / d theta_j` of the model outputs.
+
+    By default the sensitivity system is integrated with the state, so the step-size
+    controller bounds its error (see `ji.SensitivityEquations`); pass
+    `integrator=ji.Integrator(..., sensitivity=ji.DifferentiateSolver())` for the
+    derivative of the discretised solve instead.
 
     **Arguments:**
 
@@ -187,6 +197,7 @@ class LSensitivity(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     output_names: tuple[str, ...] | None = eqx.field(static=True)
     ok: Bool[Array, ""]
+    accuracy: float | None = eqx.field(static=True, default=None)
 
     def to_dict(self) -> dict:
         return {
@@ -213,11 +224,7 @@ def directions_matrix(d: Array) -> Array:
 
 @eqx.filter_jit
 def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, throw):
-    def f(th):
-        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
-        return solved.ys.reshape(-1), solved
-
-    y, Y, solved = ld_jvp(f, (theta,), (M,), has_aux=True)
+    y, Y, solved = forward_sensitivities(model, theta, times, integrator, M)
     ok = solved.ok & jnp.all(jnp.isfinite(Y))
     if first_is_direction:
         L = Y[:, 1:]
@@ -292,4 +299,5 @@ def ld_sensitivity(
         names=model.parameters.names,
         output_names=model.output_names,
         ok=ok,
+        accuracy=accuracy(model, integrator, L.dtype),
     )

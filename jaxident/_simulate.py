@@ -157,6 +157,12 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
     return out
 
 
+def _switching_times(model, th):
+    fn = getattr(model, "switching_times", None)
+    ts = None if fn is None else fn(th)
+    return None if ts is None else jnp.sort(jnp.atleast_1d(jnp.asarray(ts, dtype=float)))
+
+
 class Solved(NamedTuple):
     xs: Any
     ys: Array
@@ -196,7 +202,7 @@ def solve(
         y0=y0,
         args=th,
         saveat=diffrax.SaveAt(ts=times),
-        stepsize_controller=integrator.controller(),
+        stepsize_controller=integrator.controller(_switching_times(model, th)),
         adjoint=adjoint,
         max_steps=integrator.max_steps,
         throw=False,

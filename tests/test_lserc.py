@@ -52,10 +52,18 @@ def test_null_space_against_scipy():
     S = rng.standard_normal((10, 3)) @ rng.standard_normal((3, 6))
     ns = L.null_space(jnp.asarray(S), L.RelativeTolerance(1e-10))
     assert int(ns.rank) == 3
+    # the basis is of the column-equilibrated matrix; raw_basis is of S itself
+    c = np.linalg.norm(S, axis=0)
+    np.testing.assert_allclose(ns.scale, c, rtol=1e-12)
     N = np.asarray(ns.basis)[:, np.asarray(ns.mask)]
-    ref = sl.null_space(S)
-    # same subspace: projections agree
+    ref = sl.null_space(S / c)
     np.testing.assert_allclose(N @ N.T, ref @ ref.T, atol=1e-10)
+    np.testing.assert_allclose(
+        ns.singular_values, np.linalg.svd(S / c, compute_uv=False), rtol=1e-10, atol=1e-13
+    )
+    raw = np.asarray(ns.raw_basis())[:, np.asarray(ns.mask)]
+    np.testing.assert_allclose(S @ raw, 0, atol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(raw, axis=0), 1, rtol=1e-12)
 
 
 @pytest.mark.slow

@@ -71,12 +71,17 @@ def test_vmap_batch_and_frequency():
 
 
 def test_rank_rules_in_selection():
-    S = np.diag([1.0, 1e-3, 1e-9, 1e-10])
+    # V with entries +-1/2: every column of S has the same norm, so equilibration is a
+    # scalar and the rules see the singular values 1, 1e-3, 1e-9, 1e-10 (times 2).
+    V = 0.5 * np.array([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1.0]])
+    S = np.diag([1.0, 1e-3, 1e-9, 1e-10]) @ V.T
     assert int(ji.select_parameters(S, rank=ji.RelativeTolerance(1e-8)).k) == 2
     assert int(ji.select_parameters(S, rank=ji.LargestGap()).k) == 2
     assert int(ji.select_parameters(S, rank=ji.AbsoluteTolerance(1e-4)).k) == 2
     assert int(ji.select_parameters(S).k) == 4
     assert int(ji.select_parameters(jnp.zeros((3, 2))).k) == 0
+    # a diagonal S is full rank whatever the sizes of its columns: they are units
+    assert int(ji.select_parameters(np.diag([1.0, 1e-3, 1e-9, 1e-10])).k) == 4
 
 
 def test_results_have_repr_and_to_dict():

@@ -13,7 +13,13 @@ from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._metrics import css_metrics
 from .._linalg._misc import after, reduce_to_square, svdvals
-from .._linalg._rank import AbstractRankRule, RelativeTolerance
+from .._linalg._rank import (
+    AbstractRankRule,
+    RelativeTolerance,
+    warn_if_near_threshold,
+    with_accuracy,
+)
+from .._linalg._scaling import equilibrate, output_row_scale
 from .._linalg._results import RESULTS
 from .._linalg._subset import check_k, check_matrix
 from .._sensitivity import Sensitivity
@@ -28,6 +34,10 @@ class Selection(eqx.Module):
     - `perm`: the column permutation; `perm[:k]` are identifiable, most independent first.
     - `k`: the number of identifiable parameters.
     - `singular_values`: of `S`, descending.
+    - `scale`: the column norms by which `S` was equilibrated for the rank decision, and
+      `decision_singular_values` the singular values `k` was read off: those of the
+      equilibrated matrix (rows of a `Sensitivity` first divided by each output's RMS
+      value), so that no change of units of a parameter or an output changes `k`.
     - `gamma1`, `gamma2`, `tau`: the accuracy measures of the paper, eqs. (5.1)-(5.3)
       (see `ji.linalg.css_metrics`); `gamma2` is NaN where `sigma_{k+1}` is at rounding
       level or `k = p`.
@@ -45,6 +55,8 @@ class Selection(eqx.Module):
     perm: Int[Array, " p"]
     k: Int[Array, ""]
     singular_values: Float[Array, " p"]
+    decision_singular_values: Float[Array, " p"]
+    scale: Float[Array, " p"]
     gamma1: Float[Array, ""]
     gamma2: Float[Array, ""]
     tau: Float[Array, ""]
@@ -102,6 +114,10 @@ class Selection(eqx.Module):
             "identifiable": list(self.identifiable),
             "non_identifiable": list(self.non_identifiable),
             "singular_values": [float(s) for s in np.asarray(self.singular_values)],
+            "decision_singular_values": [
+                float(s) for s in np.asarray(self.decision_singular_values)
+            ],
+            "scale": [float(s) for s in np.asarray(self.scale)],
             "gamma1": num(self.gamma1),
             "gamma2": num(self.gamma2),
             "tau": num(self.tau),
@@ -142,14 +158,17 @@ class Selection(eqx.Module):
 
 
 @eqx.filter_jit
-def _select(S, k, method, rank, names, throw):
+def _select(S, k, method, rank, names, row_scale, throw):
     n, p = S.shape
     finite = jnp.all(jnp.isfinite(S))
-    R0 = reduce_to_square(jnp.where(finite, S, 0.0))
+    safe = jnp.where(finite, S, 0.0)
+    S_eq, c = equilibrate(safe, row_scale)
+    sigma_eq = svdvals(reduce_to_square(S_eq))
+    R0 = reduce_to_square(after(safe, sigma_eq))
     sigma = svdvals(R0)
     rule = rank if k is None else None
     if k is None:
-        k = rank(sigma, (n, p))
+        k = rank(sigma_eq, (n, p))
     sel = method(after(R0, sigma), k)
     gamma1, gamma2, tau = css_metrics(sigma, after(sel.R, sel.rho), sel.k, n)
     result = RESULTS.where(finite, sel.result, RESULTS.nonfinite_input)
@@ -159,6 +178,8 @@ def _select(S, k, method, rank, names, throw):
         perm=sel.perm,
         k=sel.k,
         singular_values=jnp.where(finite, sigma, nan),
+        decision_singular_values=jnp.where(finite, sigma_eq, nan),
+        scale=c,
         gamma1=jnp.where(finite, gamma1, nan),
         gamma2=jnp.where(finite, gamma2, nan),
         tau=jnp.where(finite, tau, nan),
@@ -199,8 +220,12 @@ def select_parameters(
     - `method`: `StrongRRQR(f)` (default, Algorithm 4.4, the paper's recommendation),
       `RRQR()` (PCA B1), `LRRQR()` (PCA B4), `GKS()` (PCA B3) or `QRCP()`.
     - `rank`: how `k` is chosen when not given: `RelativeTolerance(rtol)` (default
-      `rtol = max(n, p) eps`; pass the accuracy of `S`, e.g. the solver's `rtol`),
-      `AbsoluteTolerance(atol)` or `LargestGap()`.
+      `rtol = max(n, p) eps`, or the accuracy a `Sensitivity` records if larger),
+      `AbsoluteTolerance(atol)` or `LargestGap()`. The rule is applied to the singular
+      values of the equilibrated matrix (columns scaled to unit norm, and the rows of a
+      `Sensitivity` by each output's RMS value), so `k` does not depend on units; the
+      selection itself is made on `S` as given. A decision within a factor 10 of the
+      threshold gives a `NearThresholdWarning`.
     - `k`: the number of identifiable parameters, overriding `rank`.
     - `throw`: raise on failure (non-finite `S`, singular `R11`); default `True`,
       `False` inside `ji.sweep`.
@@ -219,9 +244,12 @@ def select_parameters(
     sel.non_identifiable   # ('nu',)
     ```
     """
+    row_scale = None
     if isinstance(S, Sensitivity):
         if names is None:
             names = S.names
+        rank = with_accuracy(rank, S.accuracy)
+        row_scale = output_row_scale(S.outputs, S.n_outputs)
         S = S.matrix
     S = check_matrix(S)
     p = S.shape[1]
@@ -238,8 +266,14 @@ def select_parameters(
         )
     if not isinstance(rank, AbstractRankRule):
         raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
+    given = k is not None
     k = check_k(k, p)
-    return _select(S, k, method, rank, names, resolve_throw(throw))
+    if row_scale is not None:
+        row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
+    sel = _select(S, k, method, rank, names, row_scale, resolve_throw(throw))
+    if not given:
+        warn_if_near_threshold(rank, sel.decision_singular_values, S.shape, "select_parameters")
+    return sel
 
 
 def identifiability_frequency(selections: Selection) -> dict[str, float]:

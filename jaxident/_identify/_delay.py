@@ -20,7 +20,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._linalg._misc import matmul
-from .._linalg._rank import AbstractRankRule, RelativeTolerance
+from .._linalg._scaling import equilibrate
+from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
 from .._model import Delegating, Integrator, ODEModel
 from .._parameters import Parameters
 from .._sensitivity import sensitivity
@@ -239,30 +240,36 @@ def _transformed_basis(VB: Array, pivots: Array) -> Array:
     return Vt.at[pivots].set(jnp.eye(pivots.shape[0], dtype=VB.dtype))
 
 
-def _uncertainty(s: Array, V: Array) -> tuple[Array, Array]:
+def _uncertainty(s: Array, V: Array, c: Array) -> tuple[Array, Array]:
     """Measure of uncertainty `v_k` (eq. 33) and the correlation matrix (eq. 34) from the
-    SVD `DG = U S V^T`, with `Sigma_w = V S^-2 V^T`. A singular value that is exactly zero
-    is replaced by `eps^2 * sigma_1`, so a null direction shows as a huge, finite `v_k`."""
+    SVD of the equilibrated Jacobian `DG C^{-1} = U S V^T`: `Sigma_w = C^{-1} V S^-2 V^T
+    C^{-1}`, so `v_k` is in the units of the unknowns and `rho` is unit-free. A singular
+    value that is exactly zero is replaced by `eps^2 * sigma_1`, so a null direction
+    shows as a huge, finite `v_k`."""
     floor = jnp.finfo(s.dtype).eps ** 2 * s[0]
     A = V / jnp.maximum(s, floor)[None, :]
     cov = matmul(A, A.T)
     v = jnp.sqrt(jnp.diag(cov))
     rho = cov / (v[:, None] * v[None, :])
-    return v, jnp.clip(rho, -1.0, 1.0)
+    return v / c, jnp.clip(rho, -1.0, 1.0)
 
 
 class _SVD(eqx.Module):
+    """The SVD of the column-equilibrated Jacobian `DG C^{-1}` (so that nullity, null
+    basis and zero entries do not depend on the units of the unknowns), with `c`."""
+
     s: Float[Array, " w"]
     V: Float[Array, "w w"]
+    c: Float[Array, " w"]
     ok: Bool[Array, ""]
 
 
 def _svd_of(DG: Array) -> _SVD:
     ok = jnp.all(jnp.isfinite(DG))
-    safe = jnp.where(ok, DG, 0.0)
+    safe, c = equilibrate(jnp.where(ok, DG, 0.0))
     _, s, Vt = jnp.linalg.svd(safe, full_matrices=False)
     nan = jnp.asarray(jnp.nan, DG.dtype)
-    return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), ok)
+    return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, ok)
 
 
 def _combos(n_w: int, nullity: int, candidates: Sequence[int]) -> np.ndarray:
@@ -318,11 +325,16 @@ class Estimability(eqx.Module):
     - `names`: the unknowns `w` (states, then parameters).
     - `singular_values`, `nullity` (`D_N`), `rank_rule` (how `D_N` was decided).
     - `basis`: the orthonormal null basis `V_B` (`(N_w, D_N)`, the last right singular
-      vectors).
+      vectors) of the column-equilibrated Jacobian `DG C^{-1}`: every decision (nullity,
+      pivots, vanishing components) is taken there, so none depends on the units of the
+      unknowns. A null vector in the original units is `C^{-1} v`.
+    - `scale`: the column norms `C` of `DG` (the equilibration).
     - `pivots`: the `D_N` quantities whose rows of `V_B` form the best-conditioned
       `V_B1` (or the ones you passed); fixing them makes every other quantity locally
       estimable.
-    - `transformed`: `V~_B = V_B V_B1^{-1}` (eq. 22), the identity on the pivot rows.
+    - `transformed`: `V~_B = V_B V_B1^{-1}` (eq. 22) of `DG` in the units of the
+      unknowns, the identity on the pivot rows (its zero entries are decided in
+      equilibrated units).
     - `estimable`: names whose row of `V_B` vanishes (below `zero_tol`).
     - `dependent_sets`: per column of `V~_B`, the quantities that move together.
     - `uncertainty`: `v_k` (eq. 33); `correlation`: Pearson's `rho` (eq. 34).
@@ -334,6 +346,7 @@ class Estimability(eqx.Module):
     nullity: int = eqx.field(static=True)
     rank_rule: str = eqx.field(static=True)
     basis: Float[Array, "w n"]
+    scale: Float[Array, " w"]
     pivots: tuple[str, ...] = eqx.field(static=True)
     transformed: Float[Array, "w n"]
     uncertainty: Float[Array, " w"]
@@ -345,9 +358,16 @@ class Estimability(eqx.Module):
         vb = np.abs(np.asarray(self.basis))
         return tuple(n for n, r in zip(self.names, vb) if np.all(r <= self.zero_tol))
 
+    def _scaled_transformed(self) -> np.ndarray:
+        """`V~_B` in equilibrated units (`C V~_B C_pivots^{-1}`), where zero entries are
+        decided."""
+        c = np.asarray(self.scale)
+        piv = [self.names.index(n) for n in self.pivots]
+        return np.asarray(self.transformed) * c[:, None] / c[piv][None, :]
+
     @property
     def dependent_sets(self) -> list[tuple[str, ...]]:
-        vt = np.abs(np.asarray(self.transformed))
+        vt = np.abs(self._scaled_transformed())
         scale = np.maximum(vt.max(axis=0, keepdims=True), 1.0)
         return _fmt_sets(self.names, vt > self.zero_tol * scale)
 
@@ -355,7 +375,7 @@ class Estimability(eqx.Module):
         """Per basis vector `v~^(i)`: `+1` if `Delta a > 0` goes with `Delta b > 0` in the
         null space (eq. 26), `-1` if with `Delta b < 0`, `0` if either does not move."""
         i, j = self.names.index(a), self.names.index(b)
-        vt = np.asarray(self.transformed)
+        vt = self._scaled_transformed()
         scale = np.maximum(np.abs(vt).max(axis=0), 1.0)
         nz = np.abs(vt) > self.zero_tol * scale
         return [
@@ -441,6 +461,7 @@ def estimability(
             raise ValueError("Under jit or vmap, pass nullity=... (an int).")
         nullity = n_w - int(rank(svd.s, DG.shape))
         rule = rank.describe(svd.s, DG.shape)
+        warn_if_near_threshold(rank, svd.s, DG.shape, "estimability")
     else:
         rule = f"nullity {nullity} given"
     if not 0 <= nullity <= n_w:
@@ -459,14 +480,21 @@ def estimability(
             if isinstance(scores, jax.core.Tracer):
                 raise ValueError("Under jit or vmap, pass pivots=... as well as nullity.")
             piv = combos[int(np.argmax(np.asarray(scores)))]
-    Vt = _transformed_basis(VB, jnp.asarray(piv)) if nullity else VB
-    v, rho = _uncertainty(svd.s, svd.V)
+    # eq. 22 in the units of the unknowns: V~ does not depend on the basis of the null
+    # space, so C^{-1} V~_eq C_piv is the paper's V_B V_B1^{-1} of DG itself.
+    Vt = (
+        _transformed_basis(VB, jnp.asarray(piv)) * svd.c[jnp.asarray(piv)][None, :] / svd.c[:, None]
+        if nullity
+        else VB
+    )
+    v, rho = _uncertainty(svd.s, svd.V, svd.c)
     return Estimability(
         names=names,
         singular_values=svd.s,
         nullity=int(nullity),
         rank_rule=rule,
         basis=VB,
+        scale=svd.c,
         pivots=tuple(names[i] for i in piv),
         transformed=Vt,
         uncertainty=v,
@@ -495,7 +523,9 @@ class DelayEstimability(eqx.Module):
     - `pivots`: the `D_N` quantities of `V_B1` (eq. 22), shared by all samples so that
       their bases can be compared (best median conditioning, or the ones given).
     - `basis`: `V~_B` per sample, `(n_tau, n_states, N_w, D_N)`, the identity on the
-      pivot rows; `orthonormal_basis`: `V_B` (sign-normalised so the first pivot's
+      pivot rows, in the units of the unknowns; `scaled_basis`: the same in equilibrated
+      units, where zero components are decided; `orthonormal_basis`: `V_B` of the
+      column-equilibrated Jacobian (sign-normalised so the first pivot's
       component is positive).
     - `uncertainty`: `v_k` (eq. 33); `correlation`: `rho` (eq. 34).
     - `ok`: `False` where the solve failed (excluded from every summary).
@@ -514,6 +544,7 @@ class DelayEstimability(eqx.Module):
     pivots: tuple[str, ...] = eqx.field(static=True)
     basis: np.ndarray
     orthonormal_basis: np.ndarray
+    scaled_basis: np.ndarray
     uncertainty: np.ndarray
     correlation: np.ndarray
     ok: np.ndarray
@@ -534,7 +565,7 @@ class DelayEstimability(eqx.Module):
 
     def _zero(self) -> np.ndarray:
         """`(samples, N_w, D_N)`: which components of `V~_B` vanish."""
-        vt = np.abs(self.basis[self._good()])
+        vt = np.abs(self.scaled_basis[self._good()])
         scale = np.maximum(vt.max(axis=1, keepdims=True), 1.0)
         return vt <= self.zero_tol * scale
 
@@ -804,12 +835,19 @@ def delay_estimability(
                 jnp.asarray(safe.reshape(-1, n_w, nullity))
             )
         ).reshape(n_tau, n_states, n_w, nullity)
+        Vt_eq = np.where(ok[..., None, None], Vt, np.nan)
+        cs = np.asarray(res.values.c).reshape(n_tau, n_states, n_w)
+        Vt = Vt * cs[..., None, piv] / cs[..., :, None]  # eq. 22 in the units of w
         Vt = np.where(ok[..., None, None], Vt, np.nan)
     else:
-        Vt = VB
+        Vt = Vt_eq = VB
+    c = np.asarray(res.values.c).reshape(n_tau * n_states, n_w)
+    if nullity and n_tau * n_states:
+        warn_if_near_threshold(rank, np.median(s[ok], axis=0), (K, n_w), "delay_estimability")
     v, rho = jax.vmap(_uncertainty)(
         jnp.asarray(np.where(ok[..., None], s, 1.0).reshape(-1, n_w)),
         jnp.asarray(np.where(ok[..., None, None], V, 0.0).reshape(-1, n_w, n_w)),
+        jnp.asarray(np.where(ok.reshape(-1)[:, None], c, 1.0)),
     )
     v = np.where(ok[..., None], np.asarray(v).reshape(n_tau, n_states, n_w), np.nan)
     rho = np.where(ok[..., None, None], np.asarray(rho).reshape(n_tau, n_states, n_w, n_w), np.nan)
@@ -825,6 +863,7 @@ def delay_estimability(
         pivots=tuple(names[i] for i in piv),
         basis=Vt,
         orthonormal_basis=VB,
+        scaled_basis=Vt_eq,
         uncertainty=v,
         correlation=rho,
         ok=ok,

@@ -13,7 +13,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._context import resolve_throw
 from .._linalg._nullspace import null_space, rref
-from .._linalg._rank import AbstractRankRule, RelativeTolerance
+from .._forward import accuracy
+from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
 from .._reduce import fix_parameters
@@ -64,13 +65,12 @@ def _probe_directions(p: int, directions, twin: float, twin_partners: str):
     if twin > 0:
         for d in primary:
             i = int(np.argmax(np.abs(d)))
-            sign = 1.0 if np.sum(np.sign(d)) >= 0 else -1.0
             js = [(i + 1) % p] if twin_partners == "next" else [j for j in range(p) if j != i]
             for j in js:
                 if j == i:
                     continue
                 dt = d.copy()
-                dt[j] += sign * twin
+                dt[j] += twin  # d + epsilon_twin e_j (Algorithm 1, stage S2)
                 twins.append(dt)
         kinds += ["twin"] * len(twins)
     D = np.concatenate([primary] + ([np.stack(twins)] if twins else []), axis=0)
@@ -103,32 +103,43 @@ def _probe(model, theta, times, D, integrator, rank_rule, rref_tol):
         partners=ech.partners & ok[:, None, None],
         ok=ok,
     )
-    null_sum = jnp.sum(jnp.where(ns.mask[:, None, :], ns.basis, 0.0), axis=-1)  # (d, p)
+    raw = ns.raw_basis()
+    null_sum = jnp.sum(jnp.where(ns.mask[:, None, :], raw, 0.0), axis=-1)  # (d, p)
     return probe, null_sum, solved
 
 
+def _singularity_points(theta, null_sum, deficient, active, singular):
+    """Stage S3 of Algorithm 1: for every rank-deficient direction (every element of
+    `D_sing`), the points `theta +- epsilon_sing sum_k v_k`. Leading axes of the inputs
+    are the points of the previous level; returns `(points, active)` flattened."""
+    signs = jnp.asarray([1.0, -1.0], theta.dtype)
+    pts = theta[:, None, None, :] + signs[None, None, :, None] * singular * null_sum[:, :, None, :]
+    act = active[:, None, None] & deficient[:, :, None] & jnp.ones((1, 1, 2), bool)
+    p = theta.shape[-1]
+    return pts.reshape(-1, p), act.reshape(-1)
+
+
 def _lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q):
+    """The probe at `theta` and, level by level (`q` levels), the probes at the
+    singularity-probing points of every rank-deficient direction: each level is one
+    vmapped probe, so the compiled size does not grow with the number of directions."""
     probe, null_sum, solved = _probe(model, theta, times, D, integrator, rank_rule, rref_tol)
-    children = []
+    probes, active = [], []
     if singular > 0 and q > 0:
         p = theta.shape[0]
-        deficient = (probe.rank < p) & probe.ok
-        first = jnp.argmax(deficient)
-        v = jnp.where(jnp.any(deficient), null_sum[first], 0.0)
-        for sign in (1.0, -1.0):
-            child = _lserc_tree(
-                model,
-                theta + sign * singular * v,
-                times,
-                D,
-                integrator,
-                rank_rule,
-                rref_tol,
-                singular,
-                q - 1,
-            )
-            children.append((child, jnp.any(deficient)))
-    return probe, children, solved
+        thetas = theta[None]
+        sums = null_sum[None]
+        deficient = ((probe.rank < p) & probe.ok)[None]
+        act = jnp.ones((1,), bool)
+        for _ in range(q):
+            thetas, act = _singularity_points(thetas, sums, deficient, act, singular)
+            level, sums, _ = jax.vmap(
+                lambda th: _probe(model, th, times, D, integrator, rank_rule, rref_tol)
+            )(thetas)
+            deficient = (level.rank < p) & level.ok
+            probes.append(level)
+            active.append(act)
+    return probe, tuple(probes), tuple(active), solved
 
 
 class LSERC(eqx.Module):
@@ -139,9 +150,11 @@ class LSERC(eqx.Module):
 
     - `names`: the parameter names.
     - `reference`: the `Probe` at `theta` (primary and twin directions).
-    - `probes`: the `Probe`s at the singularity-probing points
-      `theta +- eps_sing sum_k v_k` (stage S3), with `probes_active` saying whether each
-      was needed (some direction was rank deficient).
+    - `probes`: per level of singularity probing (stage S3), a batched `Probe` over the
+      points `theta +- eps_sing sum_k v_k(d)` for every direction `d` of the level
+      before (the null vectors `v_k(d)` in the parameters' units, each of unit norm);
+      `probes_active` says which points were probed because `d` was rank deficient (an
+      element of `D_sing`, as Algorithm 1 asks).
     - `rank_rule`, `rref_tol`: the decision rules used.
 
     **Properties:** `identifiable`, `non_identifiable` (at `theta`: the union of the rref
@@ -200,8 +213,9 @@ class LSERC(eqx.Module):
         """Non-identifiable at `theta` and at every active singularity probe."""
         m = self._mask().copy()
         for probe, active in zip(self.probes, self.probes_active):
-            if bool(active):
-                m &= np.asarray(probe.non_identifiable)
+            act = np.asarray(active, bool)
+            if act.any():
+                m &= np.all(np.asarray(probe.non_identifiable)[act], axis=0)
         return tuple(n for n, b in zip(self.names, m) if b)
 
     def direction_report(self, i: int) -> dict:
@@ -253,7 +267,8 @@ class LSERC(eqx.Module):
                 lines.append(f"    pairwise         : {n} with {', '.join(ps)}")
         if self.probes:
             lines.append(
-                f"  singularity probes : {sum(bool(a) for a in self.probes_active)} active; "
+                f"  singularity probes : "
+                f"{sum(int(np.sum(np.asarray(a))) for a in self.probes_active)} active; "
                 f"confirmed non-identifiable: {', '.join(self.confirmed) or '(none)'}"
             )
         if not np.all(np.asarray(self.reference.ok)):
@@ -261,25 +276,12 @@ class LSERC(eqx.Module):
         return "\n".join(lines)
 
 
-def _flatten(tree):
-    """(reference, [probes...], [active...]) from the nested probe tree."""
-    probe, children, _ = tree
-    probes, active = [], []
-    for child, act in children:
-        ref, ps, acts = _flatten(child)
-        probes.append(ref)
-        active.append(act)
-        probes.extend(ps)
-        active.extend(a & act for a in acts)
-    return probe, probes, active
-
-
 @eqx.filter_jit
 def _lserc_jit(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q, throw):
-    tree = _lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q)
-    ref, probes, active = _flatten(tree)
+    ref, probes, active, solved = _lserc_tree(
+        model, theta, times, D, integrator, rank_rule, rref_tol, singular, q
+    )
     if throw:
-        solved = tree[2]
         ok0 = jax.tree.map(lambda x: x[0], solved)
         ref = eqx.tree_at(lambda r: r.rank, ref, raise_if_failed(model, ref.rank, ok0))
     return ref, tuple(probes), tuple(active)
@@ -309,7 +311,7 @@ def lserc(
     twin_partners: str = "next",
     singular: float = 0.01,
     q: int = 1,
-    rank: AbstractRankRule = RelativeTolerance(1e-9),
+    rank: AbstractRankRule = RelativeTolerance(),
     rref_tol: float = 1e-8,
     integrator: Integrator | None = None,
     throw: bool | None = None,
@@ -333,8 +335,10 @@ def lserc(
       (every `j != i`, as in the authors' code).
     - `singular`, `q`: `epsilon_sing` and depth of singularity probing (stage S3, against
       false negatives): the test is repeated at `theta +- epsilon sum_k v_k`, with `v_k`
-      the null vectors of the first rank-deficient direction. 0 disables.
-    - `rank`: the rank decision on each `Upsilon_d`, recorded in the result.
+      the null vectors of each rank-deficient direction (all of `D_sing`). 0 disables.
+    - `rank`: the rank decision on each `Upsilon_d`, recorded in the result. It is taken
+      on the column-equilibrated matrix (unit-free); the default `RelativeTolerance()`
+      asks for no more digits than the sensitivities have (`10 rtol` of the integrator).
     - `rref_tol`: relative tolerance for nonzero entries of `rref(V_r^T)`.
 
     **Returns:** an `LSERC` result.
@@ -352,6 +356,7 @@ def lserc(
     times = check_times(model, times)
     D, kinds = _probe_directions(model.parameters.p, directions, twin, twin_partners)
     integrator = model.integrator if integrator is None else integrator
+    rank = with_accuracy(rank, accuracy(model, integrator, theta.dtype))
     ref, probes, active = _lserc_jit(
         model,
         theta,
@@ -459,7 +464,7 @@ def reduce_parameters(
     twin_partners: str = "next",
     singular: float = 0.01,
     q: int = 1,
-    rank: AbstractRankRule = RelativeTolerance(1e-9),
+    rank: AbstractRankRule = RelativeTolerance(),
     rref_tol: float = 1e-8,
     times: ArrayLike | Sequence | None = None,
     integrator: Integrator | None = None,
@@ -508,14 +513,16 @@ def reduce_parameters(
     D, _ = _probe_directions(p, directions, twin, twin_partners)
     D = jnp.asarray(D)
     integrator = model.integrator if integrator is None else integrator
+    rank = with_accuracy(rank, accuracy(model, integrator, samples.dtype))
 
     def one(theta):
-        tree = _lserc_tree(model, theta, times, D, integrator, rank, rref_tol, float(singular), q)
-        ref, probes, active = _flatten(tree)
+        ref, probes, active, _ = _lserc_tree(
+            model, theta, times, D, integrator, rank, rref_tol, float(singular), q
+        )
         mask = ref.non_identifiable
         if count == "confirmed":
             for pr, act in zip(probes, active):
-                mask = mask & jnp.where(act, pr.non_identifiable, True)
+                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
         return mask, jnp.all(ref.ok)
 
     res = sweep(

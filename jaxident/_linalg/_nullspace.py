@@ -9,6 +9,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._misc import reduce_to_square
 from ._rank import AbstractRankRule
+from ._scaling import equilibrate
 
 
 class NullSpace(eqx.Module):
@@ -16,32 +17,44 @@ class NullSpace(eqx.Module):
 
     **Fields:**
 
-    - `singular_values`: descending, length `p`.
-    - `rank`: the numerical rank under the rule used.
-    - `basis`: `(p, p)`, the right singular vectors as columns; the last `p - rank`
-      span the null space.
+    - `singular_values`: of the column-equilibrated matrix `S C^{-1}`, descending.
+    - `rank`: the numerical rank under the rule used, on those singular values.
+    - `basis`: `(p, p)`, the right singular vectors of `S C^{-1}` as columns; the last
+      `p - rank` span its null space. Zero patterns (rref pivots) read off this basis do
+      not depend on the units of the parameters.
+    - `scale`: `(p,)`, the column norms `C`.
     - `mask`: `(p,)`, which columns of `basis` are null vectors.
     """
 
     singular_values: Float[Array, " p"]
     rank: Int[Array, ""]
     basis: Float[Array, "p p"]
+    scale: Float[Array, " p"]
     mask: Bool[Array, " p"]
 
     @property
     def nullity(self) -> Int[Array, ""]:
         return self.basis.shape[-1] - self.rank
 
+    def raw_basis(self) -> Array:
+        """The basis in the original units, `C^{-1} V`, each column of unit norm: the
+        null vectors of `S` itself."""
+        V = self.basis / self.scale[..., :, None]
+        return V / jnp.linalg.norm(V, axis=-2, keepdims=True)
+
 
 def null_space(S: Float[Array, "n p"], rule: AbstractRankRule) -> NullSpace:
-    """The right null space of `S` from its SVD, the rank decided by `rule` (paper
-    eqs. 14-15). Jittable and vmappable."""
+    """The right null space of `S` from the SVD of its column-equilibrated form
+    `S C^{-1}` (unit column norms), the rank decided by `rule` (paper eqs. 14-15) on
+    those singular values, so that no change of units of a parameter changes it.
+    Jittable and vmappable."""
     n, p = S.shape
-    R = reduce_to_square(S)
+    S_eq, c = equilibrate(S)
+    R = reduce_to_square(S_eq)
     _, sigma, vt = jnp.linalg.svd(R, full_matrices=True)
     k = rule(sigma, (n, p))
     mask = jnp.arange(p, dtype=jnp.int32) >= k
-    return NullSpace(singular_values=sigma, rank=k, basis=vt.T, mask=mask)
+    return NullSpace(singular_values=sigma, rank=k, basis=vt.T, scale=c, mask=mask)
 
 
 class Echelon(eqx.Module):

@@ -4,7 +4,9 @@ import abc
 import warnings
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._misc import eps, reduce_to_square, svdvals
@@ -31,24 +33,47 @@ class RelativeTolerance(AbstractRankRule):
 
     **Arguments:**
 
-    - `rtol`: relative tolerance. The default `None` means `max(n, p) * eps`, the right
-      value when the entries of `S` are accurate to rounding. For a sensitivity matrix
-      that is only accurate to the ODE solver's tolerance, pass that tolerance (the CSS
-      paper's code used `1e-8`).
+    - `rtol`: relative tolerance. The default `None` means `max(n, p) * eps`, or the
+      accuracy of the matrix where it is known (a `ji.Sensitivity` records it), whichever
+      is larger: a rank decision never asks for more digits than the entries have. Pass
+      a number to decide at that tolerance (the CSS paper's code used `1e-8`).
+    - `accuracy`: the relative accuracy of the matrix (set by the library from a
+      `Sensitivity`; used only when `rtol` is `None`).
     """
 
     rtol: float | None = None
+    accuracy: float | None = None
+
+    def __check_init__(self):
+        for name in ("rtol", "accuracy"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and 0 <= v < 1):
+                raise ValueError(
+                    f"RelativeTolerance({name}={v!r}): need a number in [0, 1) (a relative "
+                    "tolerance on sigma_i / sigma_1), or None."
+                )
 
     def _rtol(self, sigma, shape):
         if self.rtol is None:
-            return max(shape) * eps(sigma)
+            base = max(shape) * eps(sigma)
+            if self.accuracy is not None:
+                base = jnp.maximum(base, jnp.asarray(self.accuracy, sigma.dtype))
+            return base
         return jnp.asarray(self.rtol, sigma.dtype)
+
+    def threshold(self, sigma, shape):
+        return self._rtol(sigma, shape) * sigma[0]
 
     def __call__(self, sigma, shape):
         tol = self._rtol(sigma, shape) * sigma[0]
         return jnp.sum(sigma > tol).astype(jnp.int32)
 
     def describe(self, sigma=None, shape=None):
+        if self.rtol is None and self.accuracy is not None:
+            return (
+                f"sigma_i > max({self.accuracy:.1e}, max(n, p)*eps)*sigma_1 (relative "
+                "tolerance at the accuracy of S)"
+            )
         if self.rtol is None:
             if shape is not None:
                 return f"sigma_i > {max(shape)}*eps*sigma_1 (relative tolerance)"
@@ -68,6 +93,9 @@ class AbsoluteTolerance(AbstractRankRule):
 
     def __call__(self, sigma, shape):
         return jnp.sum(sigma > self.atol).astype(jnp.int32)
+
+    def threshold(self, sigma, shape):
+        return jnp.asarray(self.atol, sigma.dtype)
 
     def describe(self, sigma=None, shape=None):
         return f"sigma_i > {self.atol:g} (absolute noise level)"
@@ -126,6 +154,62 @@ def numerical_rank(S: ArrayLike, rule: AbstractRankRule = RelativeTolerance()) -
         raise ValueError(f"numerical_rank needs a 2-D matrix, got shape {S.shape}.")
     warn_if_low_precision(S)
     return rule(svdvals(reduce_to_square(S)), S.shape)
+
+
+def with_accuracy(rule: AbstractRankRule, accuracy: float | None) -> AbstractRankRule:
+    """The default relative rule made aware of the accuracy of the matrix."""
+    if (
+        accuracy is not None
+        and isinstance(rule, RelativeTolerance)
+        and rule.rtol is None
+        and rule.accuracy is None
+    ):
+        return RelativeTolerance(accuracy=float(accuracy))
+    return rule
+
+
+def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
+    """`(near, message)`: whether the decision of `rule` on the singular values `sigma`
+    would change if the threshold moved by `factor` either way (for a gap rule: whether
+    the gap chosen is smaller than `factor`). Host-side, on concrete values."""
+    s = np.asarray(sigma, dtype=float)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
+        return False, ""
+    k = int(rule(jnp.asarray(sigma), shape))
+    if hasattr(rule, "threshold"):
+        tol = float(rule.threshold(jnp.asarray(sigma), shape))
+        kept = s[k - 1] if k > 0 else np.inf
+        dropped = s[k] if k < s.size else 0.0
+        near = kept < factor * tol or dropped > tol / factor
+        if near:
+            return True, (
+                f"rank {k}: sigma_{k}/sigma_1 = {kept / s[0]:.2e} and sigma_{k + 1}/sigma_1 = "
+                f"{dropped / s[0]:.2e} against the threshold {tol / s[0]:.2e}*sigma_1"
+            )
+        return False, ""
+    if 0 < k < s.size and s[k] > 0 and s[k - 1] / s[k] < factor:
+        return True, f"rank {k}: the gap sigma_{k}/sigma_{k + 1} is only {s[k - 1] / s[k]:.2g}"
+    return False, ""
+
+
+def warn_if_near_threshold(rule: AbstractRankRule, sigma, shape, what: str) -> None:
+    """Warn when a rank decision sits within a factor 10 of its threshold (host-side; a
+    no-op on traced values)."""
+    if isinstance(sigma, jax.core.Tracer):
+        return
+    near, msg = near_threshold(rule, sigma, shape)
+    if near:
+        warnings.warn(
+            f"{what}: the numerical rank is close to the threshold ({msg}); a change of "
+            "the tolerance or more accurate sensitivities (smaller rtol) may change the "
+            "decision.",
+            NearThresholdWarning,
+            stacklevel=3,
+        )
+
+
+class NearThresholdWarning(UserWarning):
+    """A rank decision lies within a factor 10 of its threshold."""
 
 
 def warn_if_low_precision(S: Array) -> None:

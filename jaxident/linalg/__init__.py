@@ -19,6 +19,10 @@ from .._linalg._nullspace import (
     NullSpace as NullSpace,
     rref as rref,
 )
+from .._linalg._scaling import (
+    equilibrate as equilibrate,
+    output_row_scale as output_row_scale,
+)
 from .._linalg._rank import (
     AbsoluteTolerance as AbsoluteTolerance,
     AbstractRankRule as AbstractRankRule,

@@ -164,6 +164,9 @@ class IVGTT(ODEModel):
             ]
         )
 
+    def switching_times(self, theta):
+        return jnp.stack([theta.p5, theta.p6])  # the pump's kinks in t
+
     def initial_state(self, theta):
         return jnp.stack([theta.p1, jnp.zeros_like(theta.p1), theta.p8 + theta.p10])
 

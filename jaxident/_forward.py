@@ -1,0 +1,232 @@
+"""Forward sensitivities: the sensitivity system integrated with the state, inside the
+solver's error test (the default), or the derivative of the discretised solve.
+
+For `x' = f(t, x, theta)`, `y = h(t, x, theta)` and directions `M` (`p x k`), the
+tangents `X = dx/dtheta M` solve `X' = f'(t, x, theta; (X, M))`, `X(t0) = x0'(theta; M)`,
+and `Y = h'(t, x, theta; (X, M))`. The derivatives are LD-derivatives (Abdelfattah,
+Stechlinski & Eisa 2024, Proposition 1): for a smooth model they are `J M`, and every
+`nabs`/`nmax`/`nmin`/`nmid` takes one branch for all k columns. `(x, X)` is one state for
+diffrax, so the step-size controller bounds the local error of the tangents as well as
+of the state (as CVODES does with sensitivities in its error test).
+
+The tangent columns are integrated in the units of the state: column `j` is scaled by
+`1 / max_i |M_ij| / pbar_i` with `pbar = |theta|` (1 where `theta_i = 0`), as CVODES
+scales by `pbar`, so that `atol` means the same for the tangents as for the state
+whatever the parameters' units. LD-derivatives are positively homogeneous in each
+column, so the scaling is undone exactly.
+
+Implicit solvers solve each stage by a chord iteration whose matrix is the state's own
+`I - h gamma f_x`, factorized once per step and applied to all `1 + k` columns (the
+simultaneous corrector of CVODES with a block-diagonal Newton matrix): the cost of the
+factorization does not grow with the number of parameters.
+"""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy as jsp
+import optimistix as optx
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array
+
+from ._dae import algebraic_solve, consistent_initial_values, dae_vector_field
+from ._model import (
+    AbstractModel,
+    AlgebraicModel,
+    DAEModel,
+    DifferentiateSolver,
+    Integrator,
+    SensitivityEquations,
+)
+from ._nonsmooth import ld_jvp
+from ._simulate import _switching_times as switching_times, Solved, solve
+
+
+class _ChordState(eqx.Module):
+    lu: tuple[Array, Array]
+    diffsize: Array
+    diffsize_prev: Array
+    step: Array
+
+
+class _StaggeredChord(optx.AbstractRootFinder):
+    """The chord iteration for the stage equations of the augmented system `(z, Z)`.
+
+    The Jacobian of a stage residual is block lower triangular, `[[A, 0], [C, I (x) A]]`
+    with `A = I - h gamma f_z`, and the tangent block is linear in `Z`. Only `A` is formed
+    (`n` products with the state block of the residual; the compiler drops the tangent
+    block) and factorized, once per step. Each iteration updates the state,
+    `z <- z - A^{-1} r_z(z, Z)`, then the tangents at the new state,
+    `Z <- Z - A^{-1} r_Z(z, Z)` for all columns at once: the staggered corrector of
+    CVODES, so that the cost of the factorization does not grow with the number of
+    parameters. Convergence is judged on both blocks (Hairer & Wanner's rate test), with
+    the step-size controller's tolerances.
+    """
+
+    rtol: float
+    atol: float
+    norm: object = optx.max_norm
+    kappa: float = 1e-2
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        if "init_state" in options:
+            return options["init_state"]
+        z, Z = y
+        A = jax.jacfwd(lambda zz: fn((zz, Z), args)[0][0])(z)
+        lu = jax.lax.stop_gradient(jsp.linalg.lu_factor(A))
+        inf = jnp.asarray(jnp.inf, z.dtype)
+        return _ChordState(lu, inf, jnp.asarray(1.0, z.dtype), jnp.asarray(0))
+
+    def step(self, fn, y, args, options, state, tags):
+        z, Z = y
+        dz = jsp.linalg.lu_solve(state.lu, fn((z, Z), args)[0][0])
+        z = z - dz
+        (_, R), aux = fn((z, Z), args)
+        dZ = jsp.linalg.lu_solve(state.lu, R)
+        Z = Z - dZ
+        scale_z = self.atol + self.rtol * jnp.abs(z)
+        scale_Z = self.atol + self.rtol * jnp.abs(Z)
+        diffsize = jnp.maximum(self.norm(dz / scale_z), self.norm(dZ / scale_Z))
+        new = _ChordState(state.lu, diffsize, state.diffsize, state.step + 1)
+        return (z, Z), new, aux
+
+    def terminate(self, fn, y, args, options, state, tags):
+        rate = state.diffsize / state.diffsize_prev
+        factor = state.diffsize * rate / (1 - rate)
+        small = state.diffsize < 10 ** (2 - jnp.finfo(state.diffsize.dtype).precision)
+        diverged = ~jnp.isfinite(rate) | (rate > 2)
+        converged = (factor > 0) & (factor < self.kappa)
+        two = state.step >= 2
+        done = two & (small | diverged | converged)
+        failed = two & ~small & (diverged | ~converged)
+        return done, optx.RESULTS.where(failed, optx.RESULTS.nonlinear_divergence,
+                                        optx.RESULTS.successful)
+
+    def postprocess(self, fn, y, aux, args, options, state, tags, result):
+        return y, aux, {}
+
+
+def _staggered(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
+    """`solver` with its stage equations solved by the staggered chord iteration."""
+    if getattr(solver, "root_finder", None) is None:
+        return solver
+    finder = diffrax.with_stepsize_controller_tols(_StaggeredChord)()
+    return eqx.tree_at(lambda s: s.root_finder, solver, finder)
+
+
+def _column_scale(theta: Array, M: Array) -> Array:
+    pbar = jnp.where(theta != 0, jnp.abs(theta), 1.0)
+    big = jnp.max(jnp.abs(M) / pbar[:, None], axis=0)
+    return jnp.where(big > 0, 1.0 / jnp.where(big > 0, big, 1.0), 1.0)
+
+
+def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M):
+    """Integrate `(z, Z)`; return the flat outputs, their LD-derivatives `(rows, k)` and
+    the `Solved` record of the state."""
+    view = model.parameters.view
+    th = view(theta)
+    c = _column_scale(theta, M)
+    Ms = M * c[None, :]
+    dae = isinstance(model, DAEModel)
+    if dae:
+        x0, w0, init_ok = consistent_initial_values(model, th, integrator)
+        base_vf = dae_vector_field(model, integrator)
+        y0 = (x0, w0)
+    else:
+        base_vf = lambda t, x, a: model.vector_field(t, x, a)
+        y0 = model.initial_state(th)
+        init_ok = jnp.asarray(True)
+    z0, unravel = ravel_pytree(y0)
+    z0 = z0.astype(theta.dtype)
+
+    def x0_of(tt):
+        tv = view(tt)
+        x = model.initial_state(tv)
+        if dae:
+            x = (jnp.asarray(x, dtype=float), jnp.zeros_like(w0))
+        return ravel_pytree(x)[0].astype(theta.dtype)
+
+    _, Z0 = ld_jvp(x0_of, (theta,), (Ms,))
+
+    def f(t, z, tt):
+        return ravel_pytree(base_vf(t, unravel(z), view(tt)))[0].astype(z.dtype)
+
+    def vf(t, state, args):
+        z, Z = state
+        tt, Ms_ = args
+        return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
+
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(vf),
+        _staggered(integrator.solver),
+        t0=model.t0,
+        t1=times[-1],
+        dt0=integrator.dt0,
+        y0=(z0, Z0),
+        args=(theta, Ms),
+        saveat=diffrax.SaveAt(ts=times),
+        stepsize_controller=integrator.controller(switching_times(model, th)),
+        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+        max_steps=integrator.max_steps,
+        throw=False,
+    )
+    zs, Zs = sol.ys
+
+    def observe(t, z, Z):
+        def h(zz, pp):
+            pv = view(pp)
+            s = unravel(zz)
+            if dae:
+                x, w_guess = s
+                w, ok = algebraic_solve(model, t, x, w_guess, pv, integrator)
+                y = model.output(t, x, w, pv)
+                y = jnp.where(ok, jnp.atleast_1d(jnp.asarray(y, dtype=float)), jnp.nan)
+                return y, w
+            return jnp.atleast_1d(jnp.asarray(model.output(t, s, pv), dtype=float)), s
+
+        y, Y, state = ld_jvp(h, (z, theta), (Z, Ms), has_aux=True)
+        return y, Y, state
+
+    ys, Ys, states = jax.vmap(observe)(sol.ts, zs, Zs)
+    Y = (Ys / c).reshape(-1, M.shape[1])
+    if dae:
+        states = (jax.vmap(lambda z: unravel(z)[0])(zs), states)
+    else:
+        states = jax.vmap(unravel)(zs)
+    success = (sol.result == diffrax.RESULTS.successful) & init_ok
+    ok = success & jnp.all(jnp.isfinite(ys)) & jnp.all(jnp.isfinite(Y))
+    nan = jnp.asarray(jnp.nan, ys.dtype)
+    ys = jnp.where(ok, ys, nan)
+    states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
+    solved = Solved(
+        states, ys, ok, success, init_ok, sol.result._value, sol.stats["num_accepted_steps"]
+    )
+    return ys.reshape(-1), Y, solved
+
+
+def forward_sensitivities(model: AbstractModel, theta, times, integrator: Integrator, M):
+    """The outputs `y` (flat, time-major), their LD-derivatives `Y = y'(theta; M)` of
+    shape `(rows, k)`, and the `Solved` record, by the integrator's sensitivity method."""
+    method = integrator.sensitivity
+    if isinstance(method, SensitivityEquations) and not isinstance(model, AlgebraicModel):
+        return _solve_equations(model, theta, times, integrator, M)
+    if not isinstance(method, (SensitivityEquations, DifferentiateSolver)):
+        raise TypeError(f"Unknown sensitivity method {method!r}.")
+
+    def f(th):
+        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
+        return solved.ys.reshape(-1), solved
+
+    y, Y, solved = ld_jvp(f, (theta,), (M,), has_aux=True)
+    return y, Y, solved
+
+
+def accuracy(model: AbstractModel, integrator: Integrator, dtype) -> float:
+    """The relative accuracy a sensitivity matrix is taken to have: `10 rtol` (local
+    error control at `rtol` gives global errors of a few times `rtol`), never below
+    `100 eps`; `100 eps` for a static model."""
+    floor = 100.0 * float(jnp.finfo(dtype).eps)
+    if isinstance(model, AlgebraicModel):
+        return floor
+    return max(10.0 * float(integrator.rtol), floor)
