@@ -82,6 +82,7 @@ from ._perturb import (
     rom_perturbation_error as rom_perturbation_error,
     rom_similarity as rom_similarity,
     Similarity as Similarity,
+    SmallGapWarning as SmallGapWarning,
 )
 from ._reduce import (
     fix_parameters as fix_parameters,

@@ -39,8 +39,8 @@ from ._model import (
     Integrator,
     SensitivityEquations,
 )
-from ._nonsmooth import ld_jvp
-from ._simulate import _switching_times as switching_times, Solved, solve
+from ._nonsmooth import ld_jvp, record_switches
+from ._simulate import _switching_times as switching_times, solve, Solved
 
 
 class _ChordState(eqx.Module):
@@ -100,8 +100,9 @@ class _StaggeredChord(optx.AbstractRootFinder):
         two = state.step >= 2
         done = two & (small | diverged | converged)
         failed = two & ~small & (diverged | ~converged)
-        return done, optx.RESULTS.where(failed, optx.RESULTS.nonlinear_divergence,
-                                        optx.RESULTS.successful)
+        return done, optx.RESULTS.where(
+            failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful
+        )
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
         return y, aux, {}
@@ -113,6 +114,88 @@ def _staggered(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
         return solver
     finder = diffrax.with_stepsize_controller_tols(_StaggeredChord)()
     return eqx.tree_at(lambda s: s.root_finder, solver, finder)
+
+
+class _SwitchLocating(diffrax.AbstractAdaptiveStepSizeController):
+    """Wraps a step-size controller so that no step straddles a switching surface of the
+    model: where an argument of `nabs`/`nmax`/`nmin`/`nmid` changes sign within a step
+    that the error test accepted, the step is rejected and retried to end just past the
+    crossing (located by the secant of the switching values). The embedded error
+    estimate is valid only where the right-hand side is smooth within the step; at a
+    kink the tangents' right-hand side jumps, and a straddling step would lose an order
+    unseen."""
+
+    inner: diffrax.AbstractAdaptiveStepSizeController
+    switching: object  # (t, y, args) -> 1-D array of switching values
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
+
+    def wrap(self, direction):
+        return _SwitchLocating(self.inner.wrap(direction), self.switching)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        return self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, state
+        )
+        g0 = self.switching(t0, y0, args)
+        g1 = self.switching(t1, y1_candidate, args)
+        crossed = (jnp.sign(g0) != jnp.sign(g1)) & (g0 != 0) & jnp.isfinite(g1)
+        frac = jnp.where(crossed, g0 / jnp.where(crossed, g0 - g1, 1.0), 1.0)
+        frac = jnp.clip(jnp.min(frac, initial=1.0), 0.0, 1.0)
+        dt = t1 - t0
+        eps = jnp.finfo(jnp.result_type(dt)).eps
+        slack = jnp.maximum(1e-7 * jnp.abs(dt), 1e3 * eps * (jnp.abs(t0) + 1.0))
+        straddles = keep & jnp.any(crossed) & ((1.0 - frac) * dt > slack)
+        keep = keep & ~straddles
+        next_t0 = jnp.where(straddles, t0, next_t0)
+        next_t1 = jnp.where(straddles, t0 + frac * dt + 0.5 * slack, next_t1)
+        made_jump = jnp.where(straddles, False, made_jump)
+        # A step that ends exactly on a kink (an observation time, say): resume just
+        # after it, so that no stage is evaluated on the kink itself, where the
+        # LD-derivative would pick the branch by the parameter directions.
+        on_kink = keep & jnp.any((g1 == 0) & (g0 != 0))
+        after = jnp.nextafter(t1, t1 + jnp.sign(dt))
+        next_t1 = jnp.where(on_kink, jnp.maximum(next_t1, after + slack), next_t1)
+        next_t0 = jnp.where(on_kink, after, next_t0)
+        made_jump = made_jump | on_kink
+        return keep, next_t0, next_t1, made_jump, state, result
+
+
+def _controller(model, integrator, th, f, z0, theta, times):
+    """The integrator's controller, stepping onto the model's declared switching times
+    and, for an ODE model whose right-hand side uses `nabs`/`nmax`/`nmin`/`nmid`, onto
+    its kinks in the state or in time. Such a model also steps onto the observation
+    times, so that no output is interpolated across a kink."""
+    jumps = switching_times(model, th)
+    if isinstance(model, DAEModel):
+        return integrator.controller(jumps)  # kinks inside the Newton solve: not located
+    with record_switches() as found:
+        f(jnp.asarray(model.t0, z0.dtype), z0, theta)
+    if not found:
+        return integrator.controller(jumps)
+    inner = integrator.controller(jumps, times)
+    if not isinstance(inner, diffrax.AbstractAdaptiveStepSizeController):
+        return inner
+
+    def switching(t, y, args):
+        with record_switches() as g:
+            f(t, y[0], args[0])
+        return jnp.concatenate(g)
+
+    return _SwitchLocating(inner, switching)
 
 
 def _column_scale(theta: Array, M: Array) -> Array:
@@ -166,7 +249,7 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         y0=(z0, Z0),
         args=(theta, Ms),
         saveat=diffrax.SaveAt(ts=times),
-        stepsize_controller=integrator.controller(switching_times(model, th)),
+        stepsize_controller=_controller(model, integrator, th, f, z0, theta, times),
         adjoint=diffrax.RecursiveCheckpointAdjoint(),
         max_steps=integrator.max_steps,
         throw=False,

@@ -76,8 +76,10 @@ class Integrator(eqx.Module):
         if self.algebraic_max_steps < 1:
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
 
-    def controller(self, jump_ts=None) -> diffrax.AbstractStepSizeController:
-        return diffrax.PIDController(rtol=self.rtol, atol=self.atol, jump_ts=jump_ts)
+    def controller(self, jump_ts=None, step_ts=None) -> diffrax.AbstractStepSizeController:
+        return diffrax.PIDController(
+            rtol=self.rtol, atol=self.atol, jump_ts=jump_ts, step_ts=step_ts
+        )
 
 
 class AbstractModel(eqx.Module):

@@ -16,6 +16,8 @@ names its axis. Outside `ld_jvp` the derivative rules are the ordinary ones (lin
 the tangent, so reverse mode works), with `sign(0) = 0` at a kink as for `jnp.abs`.
 """
 
+import contextlib
+import contextvars
 from collections.abc import Callable
 
 import jax
@@ -25,6 +27,26 @@ from jaxtyping import Array, ArrayLike
 
 
 LD_AXIS = "_jaxident_ld_directions"
+_SWITCHES = contextvars.ContextVar("jaxident_switches", default=None)
+
+
+@contextlib.contextmanager
+def record_switches():
+    """Collect the switching functions (the argument of `nabs`, `x - y` of `nmax` and
+    `nmin`) evaluated while tracing the body: the step-size controller uses them to step
+    onto kinks (`jaxident._forward`)."""
+    found = []
+    token = _SWITCHES.set(found)
+    try:
+        yield found
+    finally:
+        _SWITCHES.reset(token)
+
+
+def _note(d):
+    found = _SWITCHES.get()
+    if found is not None:
+        found.append(jnp.ravel(d))
 
 
 def fsign(x: ArrayLike, *directions: ArrayLike) -> Array:
@@ -96,6 +118,7 @@ def _float(*xs):
 def nabs(x: ArrayLike) -> Array:
     """`|x|`, with the LD-derivative `fsign(x, m1, ..., mk) M` (paper eq. 2)."""
     (x,) = _float(x)
+    _note(x)
     return _abs(x)
 
 
@@ -103,13 +126,17 @@ def nmax(x: ArrayLike, y: ArrayLike) -> Array:
     """`max(x, y)`, whose LD-derivative takes the directions of `x` when
     `fsign(x - y, Mx - My) >= 0` and those of `y` otherwise (the left-shifted
     lexicographic maximum `slmax`)."""
-    return _max(*_float(x, y))
+    x, y = _float(x, y)
+    _note(x - y)
+    return _max(x, y)
 
 
 def nmin(x: ArrayLike, y: ArrayLike) -> Array:
     """`min(x, y)`, the lexicographic minimum: the directions of `x` when
     `fsign(x - y, Mx - My) <= 0`, else those of `y`."""
-    return _min(*_float(x, y))
+    x, y = _float(x, y)
+    _note(x - y)
+    return _min(x, y)
 
 
 def nmid(x: ArrayLike, y: ArrayLike, z: ArrayLike) -> Array:

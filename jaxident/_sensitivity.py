@@ -3,15 +3,14 @@
 from collections.abc import Sequence
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._context import resolve_throw
+from ._forward import accuracy, forward_sensitivities
 from ._linalg._misc import after, matmul
 from ._model import AbstractModel, Integrator
-from ._forward import accuracy, forward_sensitivities
 from ._simulate import check_model, check_theta, check_times, raise_if_failed
 
 

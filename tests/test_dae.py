@@ -95,7 +95,12 @@ def test_dae_jit_vmap_and_ld_equals_classical_when_smooth():
             np.asarray(batch[b]), np.asarray(ji.sensitivity_matrix(m, thetas[b])), rtol=1e-9
         )
     ls = ji.ld_sensitivity(m, thetas[0], M=jnp.zeros(5).at[2].set(-1.0))
-    np.testing.assert_allclose(np.asarray(ls.L), np.asarray(batch[0]), rtol=1e-6, atol=1e-9 * float(np.abs(np.asarray(ls.L)).max()))
+    np.testing.assert_allclose(
+        np.asarray(ls.L),
+        np.asarray(batch[0]),
+        rtol=1e-6,
+        atol=1e-9 * float(np.abs(np.asarray(ls.L)).max()),
+    )
 
 
 class NoRealRoot(ji.DAEModel):

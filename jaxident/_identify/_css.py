@@ -19,8 +19,8 @@ from .._linalg._rank import (
     warn_if_near_threshold,
     with_accuracy,
 )
-from .._linalg._scaling import equilibrate, output_row_scale
 from .._linalg._results import RESULTS
+from .._linalg._scaling import equilibrate, output_row_scale
 from .._linalg._subset import check_k, check_matrix
 from .._sensitivity import Sensitivity
 

@@ -19,12 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._forward import accuracy
 from .._linalg._misc import matmul
-from .._linalg._scaling import equilibrate
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
+from .._linalg._scaling import equilibrate
 from .._model import Delegating, Integrator, ODEModel
 from .._parameters import Parameters
-from .._sensitivity import sensitivity
+from .._sensitivity import Sensitivity, sensitivity
 from .._simulate import check_model, check_theta, simulate
 from .._sweep import sweep
 
@@ -427,7 +428,8 @@ def estimability(
 
     **Arguments:**
 
-    - `DG`: `(rows, N_w)`, e.g. from `ji.delay_jacobian`.
+    - `DG`: `(rows, N_w)`, e.g. from `ji.delay_jacobian`, or a `ji.Sensitivity` (which
+      brings its names and its accuracy for the default rank rule).
     - `names`: labels of the columns (default `w1..wN`).
     - `nullity`: the null-space dimension `D_N`; default: decided by `rank` (the paper
       calls `sigma_i` zero when `sigma_i / sigma_1 ~ 1e-15`; the default rule,
@@ -443,6 +445,11 @@ def estimability(
     **Returns:** an `Estimability`. With `nullity` given (an int) it is jittable and
     vmappable; otherwise `D_N` is read on the host.
     """
+    if isinstance(DG, Sensitivity):
+        names = DG.names if names is None else names
+        if rank is None:
+            rank = RelativeTolerance(accuracy=DG.accuracy)
+        DG = DG.matrix
     DG = jnp.asarray(DG)
     if not jnp.issubdtype(DG.dtype, jnp.floating):
         DG = DG.astype(float)
@@ -755,6 +762,9 @@ def delay_estimability(
     **Returns:** a `DelayEstimability`.
     """
     check_model(model)
+    integrator = model.integrator if integrator is None else integrator
+    if rank is None:  # no more digits than the delay Jacobians have: 10 rtol
+        rank = RelativeTolerance(accuracy=accuracy(model, integrator, jnp.float64))
     rank, zero_tol = _defaults(jnp.float64, rank, zero_tol)
     aug = free_initial_state(model)
     all_names = aug.parameters.names
@@ -776,7 +786,6 @@ def delay_estimability(
     keep = np.asarray([i for i, n in enumerate(all_names) if n not in exclude], dtype=int)
     names = tuple(all_names[i] for i in keep)
     theta = check_theta(model, theta)
-    integrator = model.integrator if integrator is None else integrator
 
     def one(sample):
         tau, x = sample

@@ -12,8 +12,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._context import resolve_throw
-from .._linalg._nullspace import null_space, rref
 from .._forward import accuracy
+from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
@@ -41,12 +41,12 @@ class Probe(eqx.Module):
     ok: Bool[Array, " d"]
 
     @property
-    def non_identifiable(self) -> Bool[Array, " p"]:
+    def non_identifiable(self) -> Bool[Array, "*batch p"]:
         """Union of the pivots over the directions (Algorithm 1, lines 6 and 14)."""
         return jnp.any(self.pivots & self.ok[..., :, None], axis=-2)
 
     @property
-    def pairs(self) -> Bool[Array, "p p"]:
+    def pairs(self) -> Bool[Array, "*batch p p"]:
         return jnp.any(self.partners & self.ok[..., :, None, None], axis=-3)
 
 

@@ -19,10 +19,6 @@ from .._linalg._nullspace import (
     NullSpace as NullSpace,
     rref as rref,
 )
-from .._linalg._scaling import (
-    equilibrate as equilibrate,
-    output_row_scale as output_row_scale,
-)
 from .._linalg._rank import (
     AbsoluteTolerance as AbsoluteTolerance,
     AbstractRankRule as AbstractRankRule,
@@ -38,6 +34,10 @@ from .._linalg._ranking import (
     SensitivityNorm as SensitivityNorm,
 )
 from .._linalg._results import RESULTS as RESULTS
+from .._linalg._scaling import (
+    equilibrate as equilibrate,
+    output_row_scale as output_row_scale,
+)
 from .._linalg._sce import (
     random_orthonormal as random_orthonormal,
     sce_estimate as sce_estimate,

@@ -48,7 +48,7 @@ class Colpitts(ODEModel):
     description: ClassVar[str] = "Colpitts oscillator, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
     output_names: ClassVar = ("x1",)
-    integrator: ClassVar[Integrator] = Integrator(rtol=1e-10, atol=1e-12)
+    integrator: ClassVar[Integrator] = Integrator(rtol=1e-12, atol=1e-14, max_steps=2_000_000)
 
     def vector_field(self, t, x, theta):
         p1, p2, p3, p4 = theta
@@ -87,7 +87,7 @@ class Rossler(ODEModel):
     description: ClassVar[str] = "Rossler system, output x2 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
     output_names: ClassVar = ("x2",)
-    integrator: ClassVar[Integrator] = Integrator(rtol=1e-10, atol=1e-12)
+    integrator: ClassVar[Integrator] = Integrator(rtol=1e-12, atol=1e-14, max_steps=2_000_000)
 
     def vector_field(self, t, x, theta):
         p1, p2, p3, p4, p5, p6, p7 = theta
@@ -124,7 +124,7 @@ class HindmarshRose(ODEModel):
     description: ClassVar[str] = "Hindmarsh-Rose neuron, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
     output_names: ClassVar = ("x1",)
-    integrator: ClassVar[Integrator] = Integrator(rtol=1e-10, atol=1e-12)
+    integrator: ClassVar[Integrator] = Integrator(rtol=1e-13, atol=1e-15, max_steps=2_000_000)
 
     def vector_field(self, t, x, theta):
         p1, p2, p3, p4, p5 = theta
