@@ -2,6 +2,7 @@
 10^U(-6, 6), and of the rows of each output, leave every rank, nullity, pivot and
 zero-entry decision unchanged."""
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -115,3 +116,58 @@ def test_near_threshold_warns():
     S = np.diag([1.0, 1e-2, 3e-8, 1e-12]) @ V.T
     with pytest.warns(ji.NearThresholdWarning, match="close to the threshold"):
         ji.select_parameters(S, rank=ji.RelativeTolerance(1e-8))
+
+
+class _ScaledDAE(ji.DAEModel):
+    """x' = -x + w1, 0 = A w - (x, 1): g_w = A = diag(s, 1), index 1 for every s > 0."""
+
+    s: float = 1.0
+    parameters: ji.Parameters = ji.Parameters(["k"], [1.0])
+    times: jnp.ndarray = eqx.field(default_factory=lambda: jnp.linspace(0.1, 1.0, 4))
+    t0: float = 0.0
+
+    def differential(self, t, x, w, theta):
+        return -theta.k * x + w[:1]
+
+    def algebraic(self, t, x, w, theta):
+        return jnp.stack([self.s * w[0] - x[0], w[1] - 1.0])
+
+    def initial_state(self, theta):
+        return jnp.array([1.0])
+
+    def initial_algebraic_guess(self, theta):
+        return jnp.array([1.0 / self.s, 1.0])
+
+    def output(self, t, x, w, theta):
+        return x[0]
+
+
+@pytest.mark.parametrize("s", [1.0, 1e-17, 1e17])
+def test_dae_index_check_is_unit_free(s):
+    """An algebraic variable in units 1e17 apart is still index 1: the check of g_w is
+    made on the equilibrated matrix (an absolute pivot test would call diag(1e-17, 1)
+    singular)."""
+    from jaxident._dae import consistent_initial_values
+
+    model = _ScaledDAE(s=s)
+    th = model.parameters.view(model.parameters.nominal)
+    _, w0, ok = consistent_initial_values(model, th, model.integrator)
+    assert bool(ok)
+    np.testing.assert_allclose(w0, [1.0 / s, 1.0], rtol=1e-12)
+
+
+def test_fisher_test_is_unit_free():
+    """The set-by-set Fisher test uses the noise-weighted columns in log-parameters,
+    W = S diag(theta) / sigma: a parameter in other units (theta -> c theta,
+    S -> S / c) or an output in other units (S, sigma -> d S, d sigma) give the same W."""
+    from jaxident._identify._stepwise import _scaled
+
+    rng = np.random.default_rng(5)
+    S = rng.standard_normal((12, 4))
+    theta = rng.uniform(0.5, 2.0, 4)
+    sigma = rng.uniform(0.1, 1.0, 12)
+    W = np.asarray(_scaled(jnp.asarray(S), jnp.asarray(theta), jnp.asarray(sigma)))
+    c = 10.0 ** rng.uniform(-6, 6, 4)
+    d = 10.0 ** rng.uniform(-6, 6)
+    W2 = _scaled(jnp.asarray(d * S / c), jnp.asarray(theta * c), jnp.asarray(d * sigma))
+    np.testing.assert_allclose(W2, W, rtol=1e-12)

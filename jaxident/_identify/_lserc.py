@@ -2,6 +2,7 @@
 and parameter reduction over Latin-hypercube samples (Algorithm 2) of Abdelfattah,
 Stechlinski & Eisa (2024). For smooth models L-SERC is the classical SERC test."""
 
+import warnings
 from collections.abc import Sequence
 
 import diffrax
@@ -14,7 +15,13 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from .._context import resolve_throw
 from .._forward import accuracy
 from .._linalg._nullspace import null_space, rref
-from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
+from .._linalg._rank import (
+    AbstractRankRule,
+    near_threshold,
+    NearThresholdWarning,
+    RelativeTolerance,
+    with_accuracy,
+)
 from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
 from .._reduce import fix_parameters
@@ -287,6 +294,31 @@ def _lserc_jit(model, theta, times, D, integrator, rank_rule, rref_tol, singular
     return ref, tuple(probes), tuple(active)
 
 
+def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
+    """One warning naming the directions whose rank decision lies within a factor 10 of
+    the threshold (host-side; nothing under a trace)."""
+    sv = ref.singular_values
+    if isinstance(sv, jax.core.Tracer) or sv.ndim != 2:
+        return
+    sv, ok = np.asarray(sv), np.asarray(ref.ok)
+    near = [
+        (i, msg)
+        for i in range(sv.shape[0])
+        if ok[i]
+        for flag, msg in [near_threshold(rank, sv[i], (sv.shape[1], p))]
+        if flag
+    ]
+    if near:
+        i, msg = near[0]
+        warnings.warn(
+            f"lserc: the rank decision is close to the threshold in {len(near)} of "
+            f"{sv.shape[0]} directions (first: direction {i}, {kinds[i]}, {msg}); a change "
+            "of the tolerance or more accurate sensitivities may change it.",
+            NearThresholdWarning,
+            stacklevel=3,
+        )
+
+
 def _check_common(model, rank, twin, singular, q, twin_partners, rref_tol):
     check_model(model)
     if not isinstance(rank, AbstractRankRule):
@@ -369,6 +401,7 @@ def lserc(
         q,
         resolve_throw(throw),
     )
+    _warn_near_threshold(rank, ref, model.parameters.p, kinds)
     return LSERC(
         names=model.parameters.names,
         reference=ref,
