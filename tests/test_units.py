@@ -171,3 +171,43 @@ def test_fisher_test_is_unit_free():
     d = 10.0 ** rng.uniform(-6, 6)
     W2 = _scaled(jnp.asarray(d * S / c), jnp.asarray(theta * c), jnp.asarray(d * sigma))
     np.testing.assert_allclose(W2, W, rtol=1e-12)
+
+
+def test_colpitts_in_other_units_keeps_its_estimable_set():
+    """Colpitts' p2 expressed in units 1e4x larger (its column of DG / 1e4) stayed
+    'estimable' under the absolute zero_tol before; the decisions now do not move."""
+    model = ji.models.load("colpitts")
+    names = ji.free_initial_state(model).parameters.names
+    x = ji.attractor_states(model, n=1, spacing=10.0, transient=200.0)[0]
+    DG = np.asarray(ji.delay_jacobian(model, x, tau=0.5, K=20))
+    ref = ji.estimability(DG, names, pivots=("p4",))
+    assert ref.nullity == 1 and set(ref.estimable) == {"x1", "p3"}
+    i = names.index("p2")
+    for factor in (1e-4, 1e4):
+        D = DG.copy()
+        D[:, i] *= factor
+        est = ji.estimability(D, names, pivots=("p4",))
+        assert est.nullity == 1 and est.estimable == ref.estimable
+        assert est.dependent_sets == ref.dependent_sets
+        assert est.dependence("p4", "p2") == [-1]
+
+
+def test_lserc_wind_turbine_in_other_units():
+    """The wind turbine with K_Vi in units 1000x smaller (nominal 40,000): L-SERC
+    still finds rank 5 in every direction and nothing non-identifiable (the issue's
+    case gave rank 4 and 'KQi non-identifiable')."""
+    base = ji.models.load("wind_turbine")
+
+    class MilliKVi(type(base)):
+        parameters: ji.Parameters = ji.Parameters(
+            ["KQi", "KVi", "R", "X", "E"], [0.1, 40_000.0, 0.02, 0.02987, 1.0164], rel=0.2
+        )
+
+        def differential(self, t, x, w, theta):
+            vals = theta.values.at[1].divide(1000.0)
+            return super().differential(t, x, w, self.parameters.view(vals))
+
+    for model in (base, MilliKVi()):
+        res = ji.lserc(model, twin=0.0, singular=0.0)
+        assert np.all(np.asarray(res.reference.rank) == 5)
+        assert res.non_identifiable == ()
