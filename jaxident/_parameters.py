@@ -31,13 +31,16 @@ class Parameters(eqx.Module):
     - `names`: unique parameter names, in the order of the parameter vector and of the
       columns of every sensitivity matrix.
     - `nominal`: nominal values.
-    - `lower`, `upper`: bounds. When both are omitted they default to
+    - `lower`, `upper`: bounds; `-inf`/`inf` mean unbounded (fine for estimation, refused
+      by `ji.latin_hypercube`). When both are omitted they default to
       `nominal * (1 -/+ rel)` (the CSS paper's sampling box `[0.5 q*, 1.5 q*]` for
       `rel = 0.5`), ordered so that `lower <= upper` for negative values too.
-    - `rel`: the relative half-width of the default box.
+    - `rel`: the relative half-width of the default box, a positive number.
 
     **Raises:** `ValueError` for duplicate or empty names, mismatched lengths, non-finite
-    values, `lower > upper`, or a nominal value outside its bounds.
+    nominal values, NaN bounds, `lower > upper`, a nominal value outside its bounds, a
+    `rel` that is not positive, or a default box that would be empty (nominal value 0:
+    give `lower` and `upper`).
 
     **Example:**
 
@@ -78,6 +81,15 @@ class Parameters(eqx.Module):
         if (lower is None) != (upper is None):
             raise ValueError("Give both lower and upper bounds, or neither.")
         if lower is None:
+            if not (isinstance(rel, (int, float)) and np.isfinite(rel) and rel > 0):
+                raise ValueError(f"rel must be a positive number, got {rel!r}.")
+            if _is_concrete(nominal) and nominal.shape == (p,):
+                zero = [names[i] for i in np.flatnonzero(np.asarray(nominal) == 0)]
+                if zero:
+                    raise ValueError(
+                        f"Nominal value 0 for {zero}: the default box nominal * (1 -/+ rel) "
+                        "is empty there. Give lower and upper bounds."
+                    )
             a, b = nominal * (1 - rel), nominal * (1 + rel)
             lower, upper = jnp.minimum(a, b), jnp.maximum(a, b)
         lower = jnp.asarray(lower, dtype=float)

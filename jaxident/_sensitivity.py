@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
@@ -81,6 +82,15 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     ok = ok & jnp.all(jnp.isfinite(S))
     if scale == "relative":
         nonzero = jnp.all(y != 0)
+        if throw:
+            S = eqx.error_if(
+                S,
+                ok & jnp.any(theta == 0),
+                "scale='relative' multiplies each column by its parameter value, and a "
+                "parameter is exactly zero: its column would be zero and the parameter "
+                "called non-identifiable for no reason. Use scale='none' there.",
+            )
+        ok = ok & jnp.all(theta != 0)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
         if throw:
             S = eqx.error_if(
@@ -114,6 +124,15 @@ def sensitivity(
     times = check_times(model, times)
     if scale not in ("none", "relative"):
         raise ValueError(f"scale must be 'none' or 'relative', got {scale!r}.")
+    if scale == "relative" and not isinstance(theta, jax.core.Tracer):
+        zero = [model.parameters.names[i] for i in np.flatnonzero(np.asarray(theta) == 0)]
+        if zero:
+            raise ValueError(
+                f"scale='relative' multiplies each column by its parameter value, and "
+                f"{zero} are 0: those columns would be zero and the parameters called "
+                "non-identifiable for no reason. Use scale='none', or move the parameter "
+                "off zero."
+            )
     integrator = model.integrator if integrator is None else integrator
     S, y, ok = _sensitivity(model, theta, times, integrator, scale, resolve_throw(throw))
     return Sensitivity(

@@ -4,6 +4,7 @@ Haider, Saibaba & Smith 2022)."""
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
@@ -226,7 +227,8 @@ def select_parameters(
       `Sensitivity` by each output's RMS value), so `k` does not depend on units; the
       selection itself is made on `S` as given. A decision within a factor 10 of the
       threshold gives a `NearThresholdWarning`.
-    - `k`: the number of identifiable parameters, overriding `rank`.
+    - `k`: the number of identifiable parameters, overriding `rank` (an integer in
+      `[0, p]`; a traced `k` under `jit` is clipped to that range).
     - `throw`: raise on failure (non-finite `S`, singular `R11`); default `True`,
       `False` inside `ji.sweep`.
 
@@ -270,10 +272,35 @@ def select_parameters(
     k = check_k(k, p)
     if row_scale is not None:
         row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
+    S, power = _power_of_two_scaling(S)
     sel = _select(S, k, method, rank, names, row_scale, resolve_throw(throw))
+    if power:
+        sel = eqx.tree_at(
+            lambda s: (s.singular_values, s.R),
+            sel,
+            (
+                jnp.asarray(np.ldexp(np.asarray(sel.singular_values), power)),
+                jnp.asarray(np.ldexp(np.asarray(sel.R), power)),
+            ),
+        )
     if not given:
         warn_if_near_threshold(rank, sel.decision_singular_values, S.shape, "select_parameters")
     return sel
+
+
+def _power_of_two_scaling(S):
+    """`(S 2^-e, e)` with `max|S 2^-e|` in `[0.5, 1)`, exact, for a concrete `S`: the
+    compiled kernels then see neither subnormal numbers (flushed to zero on the CPU) nor
+    squares that overflow. Every decision and metric is invariant to it."""
+    if isinstance(S, jax.core.Tracer):
+        return S, 0
+    m = float(np.max(np.abs(np.asarray(S)), initial=0.0))
+    if not np.isfinite(m) or m == 0.0:
+        return S, 0
+    e = int(np.frexp(m)[1])
+    if -4 <= e <= 4:
+        return S, 0
+    return jnp.asarray(np.ldexp(np.asarray(S, dtype=float), -e)), e
 
 
 def identifiability_frequency(selections: Selection) -> dict[str, float]:

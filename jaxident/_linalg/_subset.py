@@ -1,4 +1,5 @@
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
@@ -21,6 +22,8 @@ def check_matrix(S: ArrayLike, what: str = "S") -> Array:
         )
     if S.shape[1] == 0:
         raise ValueError(f"{what} has no columns.")
+    if S.shape[0] == 0:
+        raise ValueError(f"{what} has no rows: a rank decision needs at least one observation.")
     S = jnp.asarray(S)
     if not jnp.issubdtype(S.dtype, jnp.floating):
         S = S.astype(float)
@@ -38,7 +41,9 @@ def check_k(k, p: int):
     k = jnp.asarray(k)
     if k.shape != () or not jnp.issubdtype(k.dtype, jnp.integer):
         raise TypeError(f"k must be an integer scalar, got {k!r}.")
-    return jnp.clip(k, 0, p).astype(jnp.int32)
+    if not isinstance(k, jax.core.Tracer) and not 0 <= int(k) <= p:
+        raise ValueError(f"k must lie in [0, p] = [0, {p}], got k={int(k)}.")
+    return jnp.clip(k, 0, p).astype(jnp.int32)  # a traced k is clipped (no raise in jit)
 
 
 @eqx.filter_jit
