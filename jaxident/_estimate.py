@@ -312,6 +312,14 @@ def estimate(
     bounded = bounds is not False and bounds is not None
     if bounded and not bool(jnp.all(lower < upper)):
         raise ValueError("Need lower < upper for every parameter.")
+    if bounded:
+        out = np.flatnonzero(np.asarray((theta0 < lower) | (theta0 > upper)))
+        if out.size:
+            names = [model.parameters.names[i] for i in out]
+            raise ValueError(
+                f"theta0 lies outside the bounds for {names}: start inside the box, or "
+                "widen the bounds (they are not clipped silently)."
+            )
     if solver is None:
         solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)
     if not isinstance(solver, (optx.AbstractLeastSquaresSolver, optx.AbstractMinimiser, OptaxLD)):

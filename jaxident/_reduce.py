@@ -24,6 +24,12 @@ def _split(model: AbstractModel, values: Mapping[str, float]):
         v = float(v)
         if not np.isfinite(v):
             raise ValueError(f"Non-finite value {v} for fixed parameter {n!r}.")
+        lo, up = float(params.lower[params.index(n)]), float(params.upper[params.index(n)])
+        if not lo <= v <= up:
+            raise ValueError(
+                f"Fixed value {v:g} for {n!r} lies outside its bounds [{lo:g}, {up:g}]; "
+                "fix it inside, or widen the model's bounds (model.parameters.replace)."
+            )
         full[params.index(n)] = v
     free = Parameters(
         [params.names[i] for i in free_idx],

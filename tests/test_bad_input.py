@@ -61,3 +61,13 @@ def test_relative_scale_at_a_zero_parameter():
     theta = model.parameters.nominal.at[1].set(0.0)
     with pytest.raises(ValueError, match=r"scale='relative'.*\['alpha'\] are 0"):
         ji.sensitivity(model, theta, scale="relative")
+
+
+def test_estimate_and_fix_parameters_respect_bounds():
+    model = ji.models.load("svir")
+    data = ji.simulate(model).ys
+    low = model.parameters.lower
+    with pytest.raises(ValueError, match=r"theta0 lies outside the bounds for \['beta'\]"):
+        ji.estimate(model, data, theta0=model.parameters.nominal.at[0].set(low[0] / 2), bounds=True)
+    with pytest.raises(ValueError, match="outside its bounds"):
+        ji.fix_parameters(model, {"nu": 1.0})
