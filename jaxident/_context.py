@@ -7,6 +7,10 @@ outside their own `jit`, so the choice is part of what is compiled.
 
 import contextlib
 import contextvars
+import functools
+import re
+
+import equinox as eqx
 
 
 _THROW = contextvars.ContextVar("jaxident_throw", default=True)
@@ -23,3 +27,37 @@ def no_throw():
         yield
     finally:
         _THROW.reset(token)
+
+
+_MESSAGE = re.compile(r"EquinoxRuntimeError: (.*?)\n\n-{5,}", re.DOTALL)
+
+
+def clean_errors(fn=None, *, diagnose=None):
+    """Decorator for public entry points: a run-time error of one of our compiled checks
+    is raised again with our message alone, without equinox's page of generic debugging
+    advice and stack listing (our messages say what to change). `diagnose(*args,
+    **kwargs)`, if given, appends a sentence computed on the host (such as the time at
+    which a solve stopped). Inside a caller's `jit` nothing is raised here, and the
+    error surfaces unchanged."""
+    if fn is None:
+        return functools.partial(clean_errors, diagnose=diagnose)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except eqx.EquinoxRuntimeError as e:
+            found = _MESSAGE.search(str(e))
+            if found is None:
+                raise
+            message = found.group(1).strip()
+            if diagnose is not None:
+                try:
+                    extra = diagnose(*args, **kwargs)
+                except Exception:  # the diagnosis must never hide the error itself
+                    extra = ""
+                if extra:
+                    message = f"{message} {extra}"
+        raise eqx.EquinoxRuntimeError(message) from None
+
+    return wrapper

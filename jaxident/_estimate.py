@@ -11,10 +11,12 @@ import optax
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from ._checks import check_model, check_theta, check_times, n_outputs
+from ._context import clean_errors
 from ._model import AbstractModel, Integrator
 from ._nonsmooth import ld_jvp
 from ._sensitivity import directions_matrix
-from ._simulate import check_model, check_theta, check_times, n_outputs, solve, Trajectory
+from ._simulate import solve, Trajectory
 
 
 class OptaxLD(eqx.Module):
@@ -247,6 +249,7 @@ def _estimate(model, data, sigma, times, theta0, lower, upper, bounded, solver, 
     return theta, r, jnp.sum(r**2), J, jnp.asarray(steps), ok, at_bound
 
 
+@clean_errors
 def estimate(
     model: AbstractModel,
     data: ArrayLike | Sequence | Trajectory,
@@ -273,7 +276,8 @@ def estimate(
       `Trajectory` from `ji.simulate` (its outputs).
     - `times`: their times (default `model.times`).
     - `theta0`: the starting point (default the nominal values).
-    - `sigma`: measurement standard deviations: a scalar, or one per observation.
+    - `sigma`: measurement standard deviations: a scalar, one per output, or one per
+      observation (`(times, outputs)` or flattened).
     - `solver`: an optimistix least-squares solver (default
       `optx.LevenbergMarquardt(rtol=1e-10, atol=1e-10)`), or `ji.OptaxLD(...)` to follow
       the generalized gradient of eq. (25) with an optax optimiser.
@@ -298,9 +302,20 @@ def estimate(
     integ = model.integrator if integrator is None else integrator
     n_out = n_outputs(model, theta0)
     data = _check_data(data, times.shape[0], n_out)
-    sigma = jnp.broadcast_to(jnp.asarray(sigma, dtype=float), data.shape)
-    if not bool(jnp.all(sigma > 0)):
-        raise ValueError("sigma must be positive.")
+    sigma = jnp.asarray(sigma, dtype=float)
+    n_times = times.shape[0]
+    if sigma.shape in ((), (n_out,), (n_times, n_out)):
+        sigma = jnp.broadcast_to(sigma, (n_times, n_out)).reshape(-1)
+    elif sigma.shape != data.shape:
+        raise ValueError(
+            f"sigma has shape {sigma.shape}; give a scalar, one per output ({n_out},), or "
+            f"one per observation ({n_times}, {n_out}) (times x outputs) or "
+            f"({n_times * n_out},)."
+        )
+    if not isinstance(sigma, jax.core.Tracer) and not bool(
+        jnp.all(jnp.isfinite(sigma) & (sigma > 0))
+    ):
+        raise ValueError("sigma must be positive and finite.")
     if bounds is True:
         lower, upper = model.parameters.lower, model.parameters.upper
     elif bounds is False or bounds is None:
@@ -404,6 +419,7 @@ class Profile(eqx.Module):
         )
 
 
+@clean_errors
 def profile(
     model: AbstractModel,
     data: ArrayLike | Sequence | Trajectory,

@@ -32,6 +32,7 @@ from jaxtyping import Array
 
 from ._dae import algebraic_solve, consistent_initial_values, dae_vector_field
 from ._model import (
+    AbstractControllerWrapper,
     AbstractModel,
     AlgebraicModel,
     DAEModel,
@@ -116,7 +117,7 @@ def _staggered(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
     return eqx.tree_at(lambda s: s.root_finder, solver, finder)
 
 
-class _SwitchLocating(diffrax.AbstractAdaptiveStepSizeController):
+class _SwitchLocating(AbstractControllerWrapper):
     """Wraps a step-size controller so that no step straddles a switching surface of the
     model: where an argument of `nabs`/`nmax`/`nmin`/`nmid` changes sign within a step
     that the error test accepted, the step is rejected and retried to end just past the
@@ -127,18 +128,6 @@ class _SwitchLocating(diffrax.AbstractAdaptiveStepSizeController):
 
     inner: diffrax.AbstractAdaptiveStepSizeController
     switching: object  # (t, y, args) -> 1-D array of switching values
-
-    @property
-    def rtol(self):
-        return self.inner.rtol
-
-    @property
-    def atol(self):
-        return self.inner.atol
-
-    @property
-    def norm(self):
-        return self.inner.norm
 
     def wrap(self, direction):
         return _SwitchLocating(self.inner.wrap(direction), self.switching)

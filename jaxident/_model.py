@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PyTree
 
@@ -77,9 +78,74 @@ class Integrator(eqx.Module):
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
 
     def controller(self, jump_ts=None, step_ts=None) -> diffrax.AbstractStepSizeController:
-        return diffrax.PIDController(
-            rtol=self.rtol, atol=self.atol, jump_ts=jump_ts, step_ts=step_ts
+        return NonfiniteGuard(
+            diffrax.PIDController(rtol=self.rtol, atol=self.atol, jump_ts=jump_ts, step_ts=step_ts)
         )
+
+
+class AbstractControllerWrapper(diffrax.AbstractAdaptiveStepSizeController):
+    """A step-size controller that wraps another (`inner`) and shares its tolerances."""
+
+    inner: eqx.AbstractVar[diffrax.AbstractAdaptiveStepSizeController]
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
+
+
+class NonfiniteGuard(AbstractControllerWrapper):
+    """Wraps a step-size controller so that a right-hand side that returns NaN or inf ends
+    the solve with `RESULTS.nonfinite` after `limit` successive rejected steps with
+    non-finite values, instead of shrinking the step until `max_steps` is reached (which
+    would be reported as a step cap, after 100,000 steps). A step that overflows only
+    because it is too long succeeds again within a few rejections: each shrinks the
+    step by the controller's `factormin` (0.2), so 30 of them shrink it by 1e-21.
+    Likewise a rejected step whose retry is at the resolution of floating point (the
+    step size collapsed at a singularity) ends the solve with `dt_min_reached`, or
+    `nonfinite` when the rejected values were NaN or inf."""
+
+    inner: diffrax.AbstractAdaptiveStepSizeController
+    limit: int = 30
+
+    def wrap(self, direction):
+        return NonfiniteGuard(self.inner.wrap(direction), self.limit)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        next_t1, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return next_t1, (state, jnp.asarray(0, jnp.int32))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        inner_state, count = state
+        keep, next_t0, next_t1, made_jump, inner_state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner_state
+        )
+        finite = jnp.asarray(True)
+        for x in jax.tree.leaves((y1_candidate, y_error)):
+            finite = finite & jnp.all(jnp.isfinite(x))
+        count = jnp.where(finite, 0, count + 1)
+        # a retry after a rejection at the resolution of floating point: the step size
+        # has collapsed (a singularity, or non-finite values just ahead)
+        t_abs = jnp.maximum(jnp.abs(next_t0), jnp.abs(next_t1))
+        eps = jnp.finfo(jnp.result_type(t_abs)).eps
+        collapsed = ~keep & (jnp.abs(next_t1 - next_t0) <= 64 * eps * t_abs)
+        going = result == diffrax.RESULTS.successful
+        result = diffrax.RESULTS.where(
+            going & ((count >= self.limit) | (collapsed & ~finite)),
+            diffrax.RESULTS.nonfinite,
+            result,
+        )
+        result = diffrax.RESULTS.where(
+            going & collapsed & finite, diffrax.RESULTS.dt_min_reached, result
+        )
+        return keep, next_t0, next_t1, made_jump, (inner_state, count), result
 
 
 class AbstractModel(eqx.Module):

@@ -13,11 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ._checks import check_model, check_theta
+from ._context import clean_errors
 from ._identify._delay import free_initial_state
 from ._linalg._misc import matmul
 from ._linalg._sce import sce_estimate, similarity_index, wallis, worst_direction, WorstDirection
 from ._model import AbstractModel, DAEModel, Integrator, ODEModel
-from ._simulate import check_model, check_theta, raise_if_failed, solve
+from ._simulate import raise_if_failed, solve
 
 
 def _response_fn(model, t, response, integrator, forward=False):
@@ -163,6 +165,7 @@ class PerturbationAnalysis(eqx.Module):
         )
 
 
+@clean_errors
 def perturbation_analysis(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
@@ -326,6 +329,7 @@ def _warn_if_small_gap(sigma, factor: float = 1.5) -> None:
         )
 
 
+@clean_errors
 def rom_similarity(
     full: PerturbationAnalysis, reduced: PerturbationAnalysis, q: int = 4
 ) -> Similarity:
@@ -381,6 +385,7 @@ def _pod_basis(model):
     return None
 
 
+@clean_errors
 def rom_perturbation_error(
     full: PerturbationAnalysis,
     reduced: PerturbationAnalysis,

@@ -13,6 +13,12 @@ from ._parameters import Parameters, ParameterValues
 
 def _split(model: AbstractModel, values: Mapping[str, float]):
     params = model.parameters
+    if not isinstance(values, Mapping):
+        raise TypeError(
+            "values must be a dict {name: value} of the parameters to fix, e.g. "
+            f"{{{params.names[0]!r}: {float(params.nominal[0]):g}}}; got a "
+            f"{type(values).__name__}."
+        )
     for name in values:
         params.index(name)  # unknown names raise, with a suggestion
     fixed_idx = [params.index(n) for n in values]

@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from ._checks import check_model
 from ._linalg._misc import matmul
 from ._model import Delegating, Integrator, ODEModel
 from ._parameters import Parameters
-from ._simulate import check_model, simulate
+from ._simulate import simulate
 
 
 class POD(eqx.Module):

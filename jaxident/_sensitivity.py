@@ -8,11 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._context import resolve_throw
+from ._checks import check_model, check_theta, check_times
+from ._context import clean_errors, resolve_throw
 from ._forward import accuracy, forward_sensitivities
 from ._linalg._misc import after, matmul
 from ._model import AbstractModel, Integrator
-from ._simulate import check_model, check_theta, check_times, raise_if_failed
+from ._simulate import raise_if_failed, solve_failure_point
 
 
 class Sensitivity(eqx.Module):
@@ -107,6 +108,7 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     return S, y, ok
 
 
+@clean_errors(diagnose=solve_failure_point)
 def sensitivity(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
@@ -147,6 +149,7 @@ def sensitivity(
     )
 
 
+@clean_errors(diagnose=solve_failure_point)
 def sensitivity_matrix(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
@@ -254,6 +257,7 @@ def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, thro
     return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok
 
 
+@clean_errors(diagnose=solve_failure_point)
 def ld_sensitivity(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,

@@ -6,11 +6,13 @@ from typing import Any, NamedTuple
 import diffrax
 import equinox as eqx
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
-from ._context import resolve_throw
+from ._checks import check_model, check_theta, check_times
+from ._context import clean_errors, resolve_throw
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
 
@@ -50,103 +52,34 @@ class Trajectory(eqx.Module):
         )
 
 
-def check_model(model) -> None:
-    if not isinstance(model, AbstractModel):
-        raise TypeError(
-            "Expected a jaxident model (a subclass of ji.ODEModel or ji.DAEModel), got "
-            f"{type(model).__name__}."
-        )
-
-
-def check_theta(model: AbstractModel, theta) -> Array:
-    p = model.parameters.p
-    if theta is None:
-        return model.parameters.nominal
-    if isinstance(theta, dict):
-        unknown = [k for k in theta if k not in model.parameters.names]
-        if unknown:
-            model.parameters.index(unknown[0])  # raises with a suggestion
-        missing = [n for n in model.parameters.names if n not in theta]
-        if missing:
-            raise ValueError(f"Parameter values missing for {missing}.")
-        theta = jnp.stack([jnp.asarray(theta[n], float) for n in model.parameters.names])
-    theta = jnp.asarray(theta)
-    if theta.shape != (p,):
-        raise ValueError(
-            f"theta has shape {theta.shape}; {type(model).__name__} has {p} parameters "
-            f"{list(model.parameters.names)}, so expected shape ({p},). For many parameter "
-            "vectors use jax.vmap or ji.sweep."
-        )
-    if not jnp.issubdtype(theta.dtype, jnp.floating):
-        theta = theta.astype(float)
-    if not isinstance(theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(theta))):
-        bad = [model.parameters.names[i] for i in np.flatnonzero(~np.isfinite(np.asarray(theta)))]
-        raise ValueError(f"Non-finite parameter values for {bad}.")
-    return theta
-
-
-def check_times(model: AbstractModel, times) -> Array:
-    times = model.times if times is None else jnp.asarray(times, dtype=float)
-    if times.ndim != 1 or times.shape[0] == 0:
-        raise ValueError(f"times must be a non-empty 1-D array, got shape {times.shape}.")
-    if isinstance(model, AlgebraicModel) and not isinstance(times, jax.core.Tracer):
-        t, n = np.asarray(times), model.conditions.shape[0]
-        if np.any(t != np.round(t)) or np.any(t < 0) or np.any(t >= n):
-            raise ValueError(
-                f"{type(model).__name__} is an AlgebraicModel: `times` are experiment indices, "
-                f"integers in [0, {n}); got {t.tolist()[:8]}{'...' if t.size > 8 else ''}."
-            )
-    if not isinstance(times, jax.core.Tracer) and not isinstance(model.t0, jax.core.Tracer):
-        t = np.asarray(times)
-        if not np.all(np.isfinite(t)):
-            raise ValueError("times contains NaN or inf.")
-        if np.any(np.diff(t) <= 0):
-            raise ValueError("times must be strictly increasing.")
-        if t[0] < float(model.t0):
-            raise ValueError(
-                f"The first time {t[0]:g} lies before the model's t0 = {float(model.t0):g}."
-            )
-        if t[-1] <= float(model.t0):
-            raise ValueError(f"Need at least one time after t0 = {float(model.t0):g}.")
-    return times
-
-
-def n_outputs(model: AbstractModel, theta: Array) -> int:
-    """The number of outputs of `model`, from its output function alone (tracing a
-    whole solve to learn it costs seconds for a stiff model)."""
-    th = model.parameters.view(theta)
-    t0 = jnp.asarray(model.t0, dtype=float)
-
-    def out(th):
-        if isinstance(model, AlgebraicModel):
-            y = model.response(model.conditions[0], th)
-        elif isinstance(model, DAEModel):
-            x0 = model.initial_state(th)
-            w0 = jnp.atleast_1d(jnp.asarray(model.initial_algebraic_guess(th), dtype=float))
-            y = model.output(t0, x0, w0, th)
-        else:
-            y = model.output(t0, model.initial_state(th), th)
-        return jnp.atleast_1d(y)
-
-    shape = jax.eval_shape(out, th).shape
-    if len(shape) != 1:
-        raise ValueError(
-            f"{type(model).__name__}'s output must be a scalar or a 1-D vector, got shape {shape}."
-        )
-    return shape[0]
-
-
 def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
     msgs = getattr(diffrax.RESULTS, "_index_to_message", None)
     if msgs is None:  # pragma: no cover - diffrax internals changed
         msgs = ["", "the solver failed"]
+    special = {
+        int(diffrax.RESULTS.nonfinite._value): (
+            "the right-hand side returned NaN or inf, and ever smaller steps did not help. "
+            "Check the model equations for divisions by zero, square roots or logarithms "
+            "of negative numbers, or overflow, at these parameter values (a sweep reports "
+            "such samples as failures instead)."
+        ),
+        int(diffrax.RESULTS.dt_min_reached._value): (
+            "the step size collapsed: the solution has a singularity (it blows up in "
+            "finite time, or the right-hand side is not defined beyond some time). Check "
+            "the model equations and the parameter values (a sweep reports such samples as "
+            "failures instead)."
+        ),
+    }
     out = []
-    for m in msgs:
+    for i, m in enumerate(msgs):
         m = m or "the solver failed"
+        text = special.get(i) or (
+            f"{m} Check the parameter values (a sweep reports such samples as failures "
+            "instead), loosen rtol/atol, raise Integrator(max_steps=...), or use a stiff "
+            "solver such as diffrax.Kvaerno5()."
+        )
         out.append(
-            f"Integrating {name} failed: {m} Check the parameter values (a sweep reports such "
-            "samples as failures instead), loosen rtol/atol, raise Integrator(max_steps=...), "
-            "or use a stiff solver such as diffrax.Kvaerno5()."
+            f"Integrating {name} failed: {text}"
             + (
                 " For a DAE, the Newton solve of the algebraic equations may have failed "
                 "along the way: g_w singular (loss of index 1) or no solution nearby."
@@ -155,6 +88,48 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
             )
         )
     return out
+
+
+@eqx.filter_jit
+def _stopped_at(model, theta, t1, integrator):
+    th = model.parameters.view(theta)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args)),
+        integrator.solver,
+        t0=model.t0,
+        t1=t1,
+        dt0=integrator.dt0,
+        y0=model.initial_state(th),
+        args=th,
+        saveat=diffrax.SaveAt(t1=True),
+        stepsize_controller=integrator.controller(_switching_times(model, th)),
+        max_steps=integrator.max_steps,
+        throw=False,
+    )
+    t = sol.ts[-1]
+    x = jax.tree.map(lambda a: a[-1], sol.ys)
+    return t, x, model.vector_field(t, x, th), sol.result == diffrax.RESULTS.successful
+
+
+def solve_failure_point(model, theta=None, times=None, *args, integrator=None, **kwargs) -> str:
+    """Where a failed solve of an ODE model stopped, and which state derivatives are
+    NaN or inf there: a sentence for the error message (computed on the host, after the
+    compiled check failed)."""
+    if isinstance(model, (DAEModel, AlgebraicModel)) or not isinstance(model, AbstractModel):
+        return ""
+    theta = check_theta(model, theta)
+    times = check_times(model, times)
+    integrator = model.integrator if integrator is None else integrator
+    t, x, f, success = _stopped_at(model, theta, times[-1], integrator)
+    if bool(success):
+        return ""
+    f = np.ravel(np.asarray(jax.flatten_util.ravel_pytree(f)[0]))
+    names = model.state_names or tuple(f"x[{i}]" for i in range(f.size))
+    bad = [names[i] if i < len(names) else f"x[{i}]" for i in np.flatnonzero(~np.isfinite(f))]
+    text = f"The solve stopped at t = {float(t):.10g} (of {float(times[-1]):g})"
+    if bad:
+        return f"{text}, where the right-hand side is NaN or inf for {bad}."
+    return f"{text}."
 
 
 def _switching_times(model, th):
@@ -275,6 +250,7 @@ def _simulate(model, theta, times, integrator, throw):
     return Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
 
 
+@clean_errors(diagnose=solve_failure_point)
 def simulate(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,

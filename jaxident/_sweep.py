@@ -1,8 +1,12 @@
 """Latin-hypercube sampling and chunked, vmapped sweeps."""
 
+import hashlib
+import importlib.metadata
 import json
+import os
 import pathlib
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +46,17 @@ def _as_bounds(bounds) -> tuple[Array, Array]:
     return lo, up
 
 
+def check_key(key) -> None:
+    """A `jax.random` key: a typed key (`jax.random.key(0)`) or a raw `uint32[2]` one."""
+    typed = hasattr(key, "dtype") and jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    raw = hasattr(key, "dtype") and key.dtype == jnp.uint32 and np.shape(key)[-1:] == (2,)
+    if not (typed or raw):
+        raise TypeError(
+            f"key must be a jax.random key, e.g. jax.random.key(0); got {key!r}"
+            + (" (an integer seed: wrap it as jax.random.key(seed))." if np.ndim(key) == 0 else ".")
+        )
+
+
 def latin_hypercube(key: PRNGKeyArray, bounds: Any, n: int) -> Float[Array, "n p"]:
     """`n` Latin-hypercube samples of a box (McKay, Beckman & Conover 1979).
 
@@ -64,8 +79,9 @@ def latin_hypercube(key: PRNGKeyArray, bounds: Any, n: int) -> Float[Array, "n p
     samples = ji.latin_hypercube(jax.random.key(0), model.parameters.bounds, 10_000)
     ```
     """
-    if not isinstance(n, (int, np.integer)) or n < 1:
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}.")
+    check_key(key)
     lo, up = _as_bounds(bounds)
     p = lo.shape[0]
     kperm, kjit = jax.random.split(key)
@@ -156,10 +172,154 @@ def _compiled_for(fn, okfn, first):
 
     t0 = time.perf_counter()
     with no_throw():
-        compiled = jax.jit(jax.vmap(one)).lower(first).compile()
+        lowered = jax.jit(jax.vmap(one)).lower(first)
+        compiled = lowered.compile()
         out_shapes = jax.eval_shape(jax.vmap(one), first)
-    per_fn[sig] = (compiled, out_shapes)
+    per_fn[sig] = (compiled, out_shapes, _LazyFingerprint(lowered))
     return per_fn[sig], time.perf_counter() - t0
+
+
+class _LazyFingerprint:
+    """The SHA-256 of the lowered program (StableHLO text, constants included), computed
+    on first use: two functions with the same fingerprint compute the same thing."""
+
+    def __init__(self, lowered):
+        self._lowered, self._value = lowered, None
+
+    def __call__(self) -> str:
+        if self._value is None:
+            text = self._lowered.as_text()
+            self._value, self._lowered = hashlib.sha256(text.encode()).hexdigest(), None
+        return self._value
+
+
+def _samples_hash(leaves) -> str:
+    h = hashlib.sha256()
+    for x in leaves:
+        x = np.ascontiguousarray(x)
+        h.update(f"{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def _chunk_checksum(arrays, start: int, stop: int) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a[start:stop]).tobytes())
+    return h.hexdigest()
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write, fsync, rename: a reader sees the old file or the new one, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - directories cannot be opened on some systems
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class _ResultFiles:
+    """The result files of a sweep with `out_dir`: one `.npy` per output leaf and `ok.npy`,
+    and `sweep_state.json` with the sweep's fingerprint (samples hash, program hash,
+    output shapes and dtypes, library versions) and a SHA-256 per finished chunk.
+
+    A directory of another sweep raises; a damaged result file or a chunk whose checksum
+    does not match is recomputed (with a warning), never returned."""
+
+    STATE = "sweep_state.json"
+
+    def __init__(self, out_dir, n, fingerprint, v_leaves):
+        self.dir = pathlib.Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_file = self.dir / self.STATE
+        self.fingerprint = fingerprint
+        self.specs = [((n, *s.shape[1:]), np.dtype(s.dtype)) for s in v_leaves]
+        self.specs.append(((n,), np.dtype(bool)))
+        self.done = self._read_state()
+        self.arrays = self._open()
+        bad = [
+            start
+            for start, (stop, digest) in sorted(self.done.items())
+            if _chunk_checksum(self.arrays, start, stop) != digest
+        ]
+        if bad:
+            warnings.warn(
+                f"{len(bad)} finished chunk(s) in {self.dir} do not match their checksums "
+                f"(rows {', '.join(f'{b}:{self.done[b][0]}' for b in bad[:5])}"
+                f"{', ...' if len(bad) > 5 else ''}); recomputing them.",
+                stacklevel=4,
+            )
+            for b in bad:
+                del self.done[b]
+
+    def _read_state(self) -> dict[int, tuple[int, str]]:
+        if not self.state_file.exists():
+            return {}
+        try:
+            state = json.loads(self.state_file.read_text())
+            fingerprint = state["fingerprint"]
+            chunks = {int(k): (int(v[0]), str(v[1])) for k, v in state["chunks"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise ValueError(
+                f"{self.state_file} is not a jaxident sweep state file, or it is damaged "
+                f"({type(e).__name__}: {e}). Delete it (or use another out_dir) to start over."
+            ) from None
+        if fingerprint != self.fingerprint:
+            differ = sorted(
+                k
+                for k in set(fingerprint) | set(self.fingerprint)
+                if fingerprint.get(k) != self.fingerprint.get(k)
+            )
+            raise ValueError(
+                f"{self.dir} holds the results of a different sweep ({', '.join(differ)} "
+                "differ). Use another out_dir, or delete this one to start over."
+            )
+        return chunks
+
+    def _path(self, i):
+        return self.dir / ("ok.npy" if i == len(self.specs) - 1 else f"leaf{i}.npy")
+
+    def _open(self):
+        arrays = []
+        if self.done:
+            try:
+                for i, (shape, dtype) in enumerate(self.specs):
+                    a = np.lib.format.open_memmap(self._path(i), mode="r+")
+                    if a.shape != shape or a.dtype != dtype:
+                        raise ValueError(f"{self._path(i).name} has {a.dtype}{a.shape}")
+                    arrays.append(a)
+                return arrays
+            except (OSError, ValueError) as e:
+                warnings.warn(
+                    f"Damaged result file in {self.dir} ({e}); recomputing the whole sweep.",
+                    stacklevel=5,
+                )
+                self.done, arrays = {}, []
+        return [
+            np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
+            for i, (shape, dtype) in enumerate(self.specs)
+        ]
+
+    def finish_chunk(self, start, stop):
+        for a in self.arrays:
+            a.flush()
+        self.done[start] = (stop, _chunk_checksum(self.arrays, start, stop))
+        state = {
+            "fingerprint": self.fingerprint,
+            "chunks": {str(k): list(v) for k, v in sorted(self.done.items())},
+        }
+        _write_atomic(self.state_file, json.dumps(state))
 
 
 def _progress_bar(total: int, enabled: bool, desc: str):
@@ -200,9 +360,16 @@ def sweep(
       one, else "all floating values finite".
     - `out_dir`: write the results to `.npy` files in this directory as they come and
       record finished chunks, so that a crashed sweep, re-run with the same arguments,
-      resumes without recomputing them.
+      resumes without recomputing them. The state file (written atomically) holds a
+      fingerprint of the sweep (samples, compiled program, output shapes and dtypes,
+      versions) and a checksum per chunk: a directory of a different sweep raises, and a
+      damaged file or chunk is recomputed, never returned.
 
     **Returns:** a `SweepResult`.
+
+    **Raises:** `ValueError` for samples without a common leading axis, a bad
+    `batch_size`, an `ok` that does not return one bool per sample, or an `out_dir` that
+    holds another sweep's results or a damaged state file.
 
     **Example:**
 
@@ -216,9 +383,17 @@ def sweep(
     if not leaves:
         raise ValueError("samples is empty.")
     leaves = [np.asarray(x) for x in leaves]
+    if any(x.ndim == 0 for x in leaves):
+        raise ValueError(
+            "samples needs a leading sample axis: an array of shape (n, ...), one row per "
+            "sample (e.g. from ji.latin_hypercube); got a scalar."
+        )
     n = leaves[0].shape[0]
-    if any(x.ndim == 0 or x.shape[0] != n for x in leaves):
-        raise ValueError("Every leaf of samples needs the same leading (sample) axis.")
+    if any(x.shape[0] != n for x in leaves):
+        raise ValueError(
+            "Every leaf of samples needs the same leading (sample) axis; got lengths "
+            f"{[x.shape[0] for x in leaves]}."
+        )
     if n == 0:
         raise ValueError("samples has no samples.")
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -238,33 +413,30 @@ def sweep(
         return jax.tree.unflatten(treedef, parts), stop - start
 
     first, _ = chunk(0)
-    (compiled, (val_shapes, _)), compile_seconds = _compiled_for(fn, okfn, first)
+    (compiled, (val_shapes, ok_shape), program), compile_seconds = _compiled_for(fn, okfn, first)
+    if ok_shape.shape != (batch_size,) or ok_shape.dtype != jnp.bool_:
+        raise ValueError(
+            "ok(output) must return one boolean per sample (a scalar bool); got "
+            f"{ok_shape.dtype}{list(ok_shape.shape[1:])} per sample."
+        )
     v_leaves, v_treedef = jax.tree.flatten(val_shapes)
 
-    state_file = None
-    done: set[int] = set()
+    files = None
+    done: dict = {}
     if out_dir is not None:
-        out_dir = pathlib.Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        state_file = out_dir / "sweep_state.json"
-        signature = {
+        fingerprint = {
+            "format": 2,
             "n": n,
             "batch_size": batch_size,
-            "leaves": [list(s.shape[1:]) for s in v_leaves],
+            "samples_sha256": _samples_hash(leaves),
+            "program_sha256": program(),
+            "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
+            "jaxident": importlib.metadata.version("jaxident"),
+            "jax": jax.__version__,
         }
-        if state_file.exists():
-            state = json.loads(state_file.read_text())
-            if state.get("signature") == signature:
-                done = set(state.get("done", []))
-        mode = "r+" if done else "w+"
-
-        def alloc(i, shape, dtype):
-            return np.lib.format.open_memmap(
-                out_dir / f"leaf{i}.npy", mode=mode, dtype=dtype, shape=(n, *shape)
-            )
-
-        host = [alloc(i, s.shape[1:], s.dtype) for i, s in enumerate(v_leaves)]
-        ok_host = np.lib.format.open_memmap(out_dir / "ok.npy", mode=mode, dtype=bool, shape=(n,))
+        files = _ResultFiles(out_dir, n, fingerprint, v_leaves)
+        *host, ok_host = files.arrays
+        done = files.done
     else:
         host = [np.empty((n, *s.shape[1:]), dtype=s.dtype) for s in v_leaves]
         ok_host = np.empty((n,), dtype=bool)
@@ -285,12 +457,8 @@ def sweep(
                 h[start : start + m] = np.asarray(v)[:m]
             ok_host[start : start + m] = oks
             failed += int((~oks).sum())
-            if state_file is not None:
-                for h in host:
-                    h.flush()
-                ok_host.flush()
-                done.add(start)
-                state_file.write_text(json.dumps({"signature": signature, "done": sorted(done)}))
+            if files is not None:
+                files.finish_chunk(start, start + m)
             if bar is not None:
                 bar.update(m)
                 if failed:

@@ -2,7 +2,10 @@
 
 import argparse
 import json
+import math
+import os
 import sys
+import tempfile
 import time
 
 
@@ -36,6 +39,71 @@ def cmd_models(args) -> int:
     return 0
 
 
+class _UsageError(Exception):
+    """A bad command line, reported as one line with exit status 2."""
+
+
+def _writable_file(path: str, flag: str) -> None:
+    """Open the file for appending (and remove it again if it was not there): the only
+    test of writability that root, read-only mounts and ACLs all answer truthfully."""
+    if os.path.isdir(path):
+        raise _UsageError(f"{flag} {path} is a directory; give a file name.")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise _UsageError(f"{flag} {path} cannot be written: {e.strerror}.") from None
+    if not existed:
+        os.remove(path)
+
+
+def _validate(args, p: int) -> None:
+    """Every argument checked before any computation, so that a bad value costs nothing."""
+    if args.k is not None and not 0 <= args.k <= p:
+        raise _UsageError(f"--k must lie in [0, {p}] for {args.model}, got {args.k}.")
+    checks = [
+        (args.samples >= 0, f"--samples must be >= 0, got {args.samples}."),
+        (args.batch_size >= 1, f"--batch-size must be >= 1, got {args.batch_size}."),
+        (args.f >= 1, f"--f must be >= 1 (strong RRQR bound), got {args.f}."),
+        (args.seed >= 0, f"--seed must be >= 0, got {args.seed}."),
+        (
+            math.isfinite(args.solver_rtol) and 0 < args.solver_rtol < 1,
+            f"--solver-rtol must lie in (0, 1), got {args.solver_rtol}.",
+        ),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise _UsageError(msg)
+    for flag, make in (("--rtol/--atol", _rank), ("--f", _method)):
+        try:
+            make(args)
+        except ValueError as e:
+            raise _UsageError(f"{flag}: {e}") from None
+    if args.plot:
+        _writable_file(args.plot, "--plot")
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+        ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
+        if ext not in formats:
+            raise _UsageError(
+                f"--plot {args.plot}: unknown figure format {ext!r}; use one of "
+                f"{', '.join(sorted(formats))}."
+            )
+    if args.json:
+        _writable_file(args.json, "--json")
+    if args.out:
+        if not args.samples:
+            raise _UsageError("--out keeps the results of --samples; give --samples too.")
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            tempfile.TemporaryFile(dir=args.out).close()
+        except OSError as e:
+            raise _UsageError(f"--out {args.out} cannot be written: {e.strerror}.") from None
+
+
 def cmd_analyze(args) -> int:
     import jax
     import numpy as np
@@ -45,13 +113,10 @@ def cmd_analyze(args) -> int:
     try:
         model = ji.models.load(args.model)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    method, rank = _method(args), _rank(args)
+        raise _UsageError(str(e)) from None
     p = model.parameters.p
-    if args.k is not None and not 0 <= args.k <= p:
-        print(f"error: --k must lie in [0, {p}] for {args.model}", file=sys.stderr)
-        return 2
+    _validate(args, p)
+    method, rank = _method(args), _rank(args)
     integrator = ji.Integrator(rtol=args.solver_rtol, atol=args.solver_rtol * 1e-2)
 
     sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
@@ -75,6 +140,7 @@ def cmd_analyze(args) -> int:
             samples,
             batch_size=args.batch_size,
             progress=not args.quiet,
+            out_dir=args.out,
             desc=f"{args.model}: {args.samples} LHS samples",
         )
         wall = time.perf_counter() - t0
@@ -150,7 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of identifiable parameters (default: the numerical rank)",
     )
     a.add_argument(
-        "--rtol", type=float, default=None, help="relative rank tolerance (default max(n,p)*eps)"
+        "--rtol",
+        type=float,
+        default=None,
+        help="relative rank tolerance (default: max(n, p) eps, never below the accuracy of "
+        "the sensitivities)",
     )
     a.add_argument("--atol", type=float, default=None, help="absolute rank tolerance")
     a.add_argument("--gap", action="store_true", help="rank at the largest singular-value gap")
@@ -164,6 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--batch-size", type=int, default=512)
     a.add_argument("--plot", default=None, help="write a summary figure (PNG, PDF, ...)")
     a.add_argument("--json", default=None, help="write the report as JSON")
+    a.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="keep the --samples results in DIR as they come; an interrupted run, "
+        "started again with the same arguments, resumes where it stopped",
+    )
     a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
     return parser
@@ -171,7 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except _UsageError as e:
+        print(f"jaxident: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        kept = getattr(args, "out", None)
+        where = (
+            f"; finished samples are kept in {kept}: run the same command again to resume"
+            if kept
+            else ""
+        )
+        print(f"jaxident: interrupted{where}.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

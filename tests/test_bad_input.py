@@ -1,5 +1,9 @@
-"""Bad or edge inputs get a clear error or a correct result (issue 16, first part)."""
+"""Bad or edge inputs get a clear error or a correct result (issue 16)."""
 
+import json
+import re
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,3 +75,341 @@ def test_estimate_and_fix_parameters_respect_bounds():
         ji.estimate(model, data, theta0=model.parameters.nominal.at[0].set(low[0] / 2), bounds=True)
     with pytest.raises(ValueError, match="outside its bounds"):
         ji.fix_parameters(model, {"nu": 1.0})
+
+
+# -- sweep result files ---------------------------------------------------------------
+
+
+def _double(x):
+    return {"y": x * 2.0, "z": jnp.stack([x, -x], axis=-1)}
+
+
+def _sweep(xs, out, fn=_double, **kw):
+    return ji.sweep(fn, xs, batch_size=4, progress=False, out_dir=out, **kw)
+
+
+def test_sweep_refuses_another_sweeps_directory(tmp_path):
+    xs = jnp.linspace(0.0, 1.0, 10)
+    _sweep(xs, tmp_path)
+    with pytest.raises(ValueError, match="different sweep.*samples_sha256"):
+        _sweep(xs + 1.0, tmp_path)
+    with pytest.raises(ValueError, match="different sweep.*program_sha256"):
+        _sweep(xs, tmp_path, fn=lambda x: {"y": x * 3.0, "z": jnp.stack([x, x], axis=-1)})
+    # closed-over constants are part of the program
+    c = jnp.asarray(2.5)
+    with pytest.raises(ValueError, match="different sweep.*program_sha256"):
+        _sweep(xs, tmp_path, fn=lambda x: {"y": x * c, "z": jnp.stack([x, -x], axis=-1)})
+    # the same sweep resumes (nothing left to do) and returns the right values
+    res = _sweep(xs, tmp_path)
+    np.testing.assert_allclose(res.values["y"], 2 * np.asarray(xs))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "shape", "dtype", "flip"])
+def test_sweep_recomputes_damaged_result_files(tmp_path, damage):
+    xs = jnp.linspace(0.0, 1.0, 10)
+    _sweep(xs, tmp_path)
+    files = sorted(tmp_path.glob("leaf*.npy"))
+    assert len(files) == 2
+    target = files[0]
+    if damage == "truncate":
+        data = target.read_bytes()
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "shape":
+        np.save(target, np.zeros((7,)))
+    elif damage == "dtype":
+        np.save(target, np.zeros((10,), np.float32))
+    else:
+        a = np.load(target, mmap_mode="r+")
+        a[5] = 0.0
+        a.flush()
+    match = "checksum" if damage == "flip" else "Damaged result file"
+    with pytest.warns(UserWarning, match=match):
+        res = _sweep(xs, tmp_path)
+    np.testing.assert_array_equal(res.values["y"], 2 * np.asarray(xs))
+    np.testing.assert_array_equal(res.values["z"][:, 1], -np.asarray(xs))
+    assert res.ok.all()
+
+
+@pytest.mark.parametrize("content", ["", "{not json", '{"fingerprint": 1}', "[]"])
+def test_sweep_refuses_a_damaged_state_file(tmp_path, content):
+    xs = jnp.linspace(0.0, 1.0, 10)
+    _sweep(xs, tmp_path)
+    (tmp_path / "sweep_state.json").write_text(content)
+    with pytest.raises(ValueError, match="damaged.*Delete it"):
+        _sweep(xs, tmp_path)
+
+
+def test_sweep_input_errors():
+    with pytest.raises(ValueError, match="leading sample axis.*got a scalar"):
+        ji.sweep(jnp.sin, 3.0, progress=False)
+    with pytest.raises(ValueError, match="one boolean per sample"):
+        ji.sweep(jnp.sin, jnp.ones((5, 3)), ok=lambda y: jnp.isfinite(y), progress=False)
+
+
+# -- the command line -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--rtol", "-1"], r"--rtol/--atol: RelativeTolerance"),
+        (["--atol", "-1"], r"--rtol/--atol: AbsoluteTolerance needs atol >= 0"),
+        (["--samples", "-5"], r"--samples must be >= 0"),
+        (["--batch-size", "0"], r"--batch-size must be >= 1"),
+        (["--f", "0.5"], r"--f must be >= 1"),
+        (["--solver-rtol", "0"], r"--solver-rtol must lie in \(0, 1\)"),
+        (["--k", "9"], r"--k must lie in \[0, 4\]"),
+        (["--plot", "/nonexistent-dir/x.png"], r"--plot .* cannot be written"),
+        (["--plot", "{tmp}/x.xyz"], r"unknown figure format 'xyz'"),
+        (["--json", "{tmp}"], r"--json .* is a directory"),
+        (["--json", "/nonexistent-dir/r.json"], r"--json .* cannot be written"),
+        (["--out", "{tmp}/o"], r"--out keeps the results of --samples"),
+        (["--samples", "4", "--out", "/proc/o"], r"--out /proc/o cannot be written"),
+    ],
+)
+def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, capsys, monkeypatch):
+    from jaxident import cli
+
+    def computed(*args, **kwargs):
+        raise AssertionError("computed before validating")
+
+    monkeypatch.setattr(ji, "sensitivity", computed)
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert cli.main(["analyze", "svir", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("jaxident: error: ") and re.search(match, err), err
+
+
+def test_cli_ctrl_c_keeps_finished_samples_and_resumes(tmp_path, capsys, monkeypatch):
+    from jaxident import _sweep, cli
+
+    class InterruptingBar:
+        """A progress bar that is interrupted (Ctrl-C) after two chunks."""
+
+        updates = 0
+
+        def update(self, m):
+            InterruptingBar.updates += 1
+            if InterruptingBar.updates == 2:
+                raise KeyboardInterrupt
+
+        def set_postfix(self, **kwargs):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_sweep, "_progress_bar", lambda *a, **k: InterruptingBar())
+    out, js = tmp_path / "run", tmp_path / "report.json"
+    argv = ["analyze", "svir", "--k", "3", "--samples", "24", "--batch-size", "8"]
+    argv += ["--out", str(out), "--json", str(js)]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "run the same command again" in err
+    state = json.loads((out / "sweep_state.json").read_text())
+    assert sorted(state["chunks"]) == ["0", "8"]
+    assert not js.exists()
+
+    monkeypatch.setattr(_sweep, "_progress_bar", lambda *a, **k: None)
+    assert cli.main(argv) == 0
+    report = json.loads(js.read_text())
+    assert report["samples"]["rank_counts"] == {"3": 24}
+    assert report["samples"]["frequency"]["alpha"] == 0.0
+    # without --out, Ctrl-C still exits with one line and status 130
+    InterruptingBar.updates = 0
+    monkeypatch.setattr(_sweep, "_progress_bar", lambda *a, **k: InterruptingBar())
+    assert cli.main(argv[:8]) == 130
+    assert capsys.readouterr().err.strip() == "jaxident: interrupted."
+
+
+# -- user models ----------------------------------------------------------------------
+
+
+class _Decay(ji.ODEModel):
+    """Three decaying states; subclasses below break one method each."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "x0"], [0.5, 2.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 4.0, 8))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -theta.k * x
+
+    def initial_state(self, theta):
+        return jnp.stack([theta.x0, 1.0, 0.5])
+
+    def output(self, t, x, theta):
+        return x[0] + x[1]
+
+
+class _ListState(_Decay):
+    def initial_state(self, theta):
+        return [theta.x0, 1.0, 0.5]
+
+
+class _ScalarState(_Decay):
+    def initial_state(self, theta):
+        return theta.x0
+
+
+class _IntState(_Decay):
+    def initial_state(self, theta):
+        return jnp.array([2, 1, 0])
+
+
+class _WrongField(_Decay):
+    def vector_field(self, t, x, theta):
+        return -theta.k * x[:2]
+
+
+class _MatrixOutput(_Decay):
+    def output(self, t, x, theta):
+        return jnp.outer(x[:2], x[:2])
+
+
+class _OutOfRange(_Decay):
+    def output(self, t, x, theta):
+        return x[5]
+
+
+class _PythonIf(_Decay):
+    def vector_field(self, t, x, theta):
+        if x[0] > 1.0:
+            return -theta.k * x
+        return theta.k * x
+
+
+class _NaNField(_Decay):
+    def vector_field(self, t, x, theta):
+        return -theta.k * x * jnp.log(1.5 - t)  # log of a negative number after t = 1.5
+
+
+@pytest.mark.parametrize(
+    "model, error, match",
+    [
+        (_ListState(), TypeError, r"initial_state returned a list of 3 numbers.*jnp.stack"),
+        (_ScalarState(), ValueError, r"initial_state returned a scalar.*jnp.atleast_1d"),
+        (_IntState(), TypeError, r"state must be floating point"),
+        (
+            _WrongField(),
+            ValueError,
+            r"vector_field returned an array of shape \(2,\).*initial state is an array of "
+            r"shape \(3,\)",
+        ),
+        (_MatrixOutput(), ValueError, r"output must be a scalar or a 1-D vector.*\(2, 2\)"),
+        (_OutOfRange(), IndexError, r"index 5 is out of bounds.*clamps"),
+        (_PythonIf(), TypeError, r"Python control flow.*jnp.where.*ji.nmax"),
+    ],
+)
+def test_user_model_mistakes_are_named(model, error, match):
+    traced = jax.jit(lambda th: ji.sensitivity_matrix(model, th))  # checked under a trace too
+    for call in (ji.simulate, ji.sensitivity, lambda m: traced(m.parameters.nominal)):
+        with pytest.raises(error, match=match):
+            call(model)
+
+
+def test_nan_in_the_vector_field_says_so_with_the_time():
+    ok = ji.simulate(_Decay())
+    assert bool(ok.ok)
+    msg = r"right-hand side returned NaN or inf.*stopped at t = 1\.5 \(of 4\)"
+    with pytest.raises(eqx.EquinoxRuntimeError, match=msg) as info:
+        ji.simulate(_NaNField())
+    assert "EQX_ON_ERROR" not in str(info.value)  # no page of generic advice
+    # it stops early instead of running into the step cap
+    traj = ji.simulate(_NaNField(), throw=False)
+    assert not bool(traj.ok) and int(traj.num_steps) < 1000
+
+
+def test_nan_matrix_error_names_the_entries():
+    S = np.random.default_rng(1).standard_normal((6, 3))
+    S[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or inf at \(2, 1\)") as info:
+        ji.select_parameters(S)
+    assert "EQX_ON_ERROR" not in str(info.value)
+    assert not bool(ji.select_parameters(S, throw=False).ok)
+
+
+# -- other arguments ------------------------------------------------------------------
+
+
+def test_latin_hypercube_arguments():
+    bounds = ji.models.load("svir").parameters
+    with pytest.raises(ValueError, match="n must be a positive integer, got True"):
+        ji.latin_hypercube(jax.random.key(0), bounds, True)
+    # under the test suite's runtime type checker, its message names `key` first
+    with pytest.raises(TypeError, match=r"jax.random.key\(seed\)|parameter 'key'"):
+        ji.latin_hypercube(0, bounds, 4)
+
+
+def test_estimate_sigma_shapes():
+    model = ji.models.load("svir")
+    data = ji.simulate(model).ys
+    n = data.shape[0]
+    with pytest.raises(ValueError, match=r"sigma has shape \(3,\); give a scalar"):
+        ji.estimate(model, data, sigma=jnp.ones(3))
+    with pytest.raises(ValueError, match="positive and finite"):
+        ji.estimate(model, data, sigma=jnp.zeros(n))
+    # one per output, one per observation (2-D or flat) and a scalar agree
+    a = ji.estimate(model, data, sigma=2.0).theta
+    for s in (jnp.full((1,), 2.0), jnp.full((n, 1), 2.0), jnp.full((n,), 2.0)):
+        np.testing.assert_allclose(ji.estimate(model, data, sigma=s).theta, a, rtol=1e-12)
+
+
+def test_set_by_set_rejects_zero_sigma():
+    model = ji.models.load("svir")
+    data = np.asarray(ji.simulate(model).ys).copy()
+    data[0] = 0.0
+    with pytest.raises(ValueError, match=r"sigma = 0 for 1 datum.*t = 0.*absolute part"):
+        ji.set_by_set(model, data, error=ji.MeasurementError(0.01, 0.0), reestimate=False)
+
+
+def test_fix_parameters_and_pivot_candidates_arguments():
+    model = ji.models.load("svir")
+    with pytest.raises(
+        TypeError, match=r"values must be a dict \{name: value\}.*got a list|parameter 'values'"
+    ):
+        ji.fix_parameters(model, ["nu", 0.1])
+    with pytest.raises(ValueError, match=r"Unknown pivot_candidates \['zz'\]"):
+        ji.estimability(ji.sensitivity(model), nullity=1, pivot_candidates=["zz"])
+
+
+class _WrongAlgebraic(ji.models.NonsmoothDAEExample):
+    def algebraic(self, t, x, w, theta):
+        return jnp.stack([x[0] - w[0], w[0]])
+
+
+def test_dae_shape_mistakes_are_named():
+    with pytest.raises(ValueError, match=r"algebraic returned an array of shape \(2,\)"):
+        ji.sensitivity(_WrongAlgebraic())
+
+
+def test_non_finite_times():
+    model = ji.models.load("svir")
+    with pytest.raises(ValueError, match="times contains NaN or inf"):
+        ji.simulate(model, times=jnp.array([1.0, 2.0, jnp.inf]))
+
+
+def test_sweep_state_file_is_replaced_atomically(tmp_path, monkeypatch):
+    """A crash while the state file is rewritten leaves the previous state intact."""
+    import os
+
+    xs = jnp.linspace(0.0, 1.0, 10)
+    _sweep(xs, tmp_path)
+    state = tmp_path / "sweep_state.json"
+    before = state.read_text()
+    leaf = np.load(tmp_path / "leaf0.npy", mmap_mode="r+")
+    leaf[5] = 0.0  # a damaged chunk, recomputed on the next run
+    leaf.flush()
+
+    def crash(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.warns(UserWarning, match="checksum"), pytest.raises(KeyboardInterrupt):
+        _sweep(xs, tmp_path)
+    monkeypatch.undo()
+    assert state.read_text() == before
+    res = _sweep(xs, tmp_path)
+    np.testing.assert_array_equal(res.values["y"], 2 * np.asarray(xs))
+    assert json.loads(state.read_text()) == json.loads(before)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._context import resolve_throw
+from .._context import clean_errors, resolve_throw
 from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._metrics import css_metrics
@@ -22,7 +22,7 @@ from .._linalg._rank import (
 )
 from .._linalg._results import RESULTS
 from .._linalg._scaling import equilibrate, output_row_scale
-from .._linalg._subset import check_k, check_matrix
+from .._linalg._subset import check_k, check_matrix, raise_if_nonfinite
 from .._sensitivity import Sensitivity
 
 
@@ -198,6 +198,7 @@ def _select(S, k, method, rank, names, row_scale, throw):
     return out
 
 
+@clean_errors
 def select_parameters(
     S: ArrayLike | Sensitivity,
     names: Sequence[str] | None = None,
@@ -254,6 +255,9 @@ def select_parameters(
         row_scale = output_row_scale(S.outputs, S.n_outputs)
         S = S.matrix
     S = check_matrix(S)
+    throw = resolve_throw(throw)
+    if throw:
+        raise_if_nonfinite(S)
     p = S.shape[1]
     if names is None:
         names = tuple(f"theta{i}" for i in range(p))
@@ -273,7 +277,7 @@ def select_parameters(
     if row_scale is not None:
         row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
     S, power = _power_of_two_scaling(S)
-    sel = _select(S, k, method, rank, names, row_scale, resolve_throw(throw))
+    sel = _select(S, k, method, rank, names, row_scale, throw)
     if power:
         sel = eqx.tree_at(
             lambda s: (s.singular_values, s.R),

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._checks import check_model, check_theta
+from .._context import clean_errors
 from .._forward import accuracy
 from .._linalg._misc import matmul
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
@@ -26,7 +28,7 @@ from .._linalg._scaling import equilibrate
 from .._model import Delegating, Integrator, ODEModel
 from .._parameters import Parameters
 from .._sensitivity import Sensitivity, sensitivity
-from .._simulate import check_model, check_theta, simulate
+from .._simulate import simulate
 from .._sweep import sweep
 
 
@@ -151,6 +153,7 @@ def _check_delay(tau, K):
             raise ValueError(f"The delay tau must be positive and finite, got {tau!r}.")
 
 
+@clean_errors
 def delay_jacobian(
     model: ODEModel,
     x: ArrayLike | Sequence,
@@ -284,6 +287,15 @@ def _combos(n_w: int, nullity: int, candidates: Sequence[int]) -> np.ndarray:
     )
 
 
+def _candidate_indices(names, candidates) -> list[int]:
+    if isinstance(candidates, str):
+        candidates = (candidates,)
+    unknown = [c for c in candidates if c not in names]
+    if unknown:
+        raise ValueError(f"Unknown pivot_candidates {unknown}; the quantities are {list(names)}.")
+    return [names.index(c) for c in candidates]
+
+
 def _resolve_pivots(names, pivots, nullity):
     if pivots is None:
         return None
@@ -413,8 +425,9 @@ class Estimability(eqx.Module):
         return "\n".join(lines)
 
 
+@clean_errors
 def estimability(
-    DG: ArrayLike,
+    DG: ArrayLike | Sensitivity,
     names: Sequence[str] | None = None,
     *,
     nullity: int | None = None,
@@ -477,7 +490,7 @@ def estimability(
     piv = _resolve_pivots(names, pivots, nullity)
     if piv is None:
         cand = (
-            range(n_w) if pivot_candidates is None else [names.index(c) for c in pivot_candidates]
+            range(n_w) if pivot_candidates is None else _candidate_indices(names, pivot_candidates)
         )
         if nullity == 0:
             piv = np.zeros(0, dtype=int)
@@ -723,6 +736,7 @@ class DelayEstimability(eqx.Module):
         return "\n".join(lines)
 
 
+@clean_errors
 def delay_estimability(
     model: ODEModel,
     states: ArrayLike | Sequence,
@@ -829,7 +843,7 @@ def delay_estimability(
             cand = (
                 range(n_w)
                 if pivot_candidates is None
-                else [names.index(c) for c in pivot_candidates]
+                else _candidate_indices(names, pivot_candidates)
             )
             combos = jnp.asarray(_combos(n_w, nullity, list(cand)))
             flat = VB[good] if good.any() else VB[ok]

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._context import resolve_throw
+from .._checks import check_model, check_theta, check_times
+from .._context import clean_errors, resolve_throw
 from .._forward import accuracy
 from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import (
@@ -26,7 +27,7 @@ from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
 from .._reduce import fix_parameters
 from .._sensitivity import directions_matrix
-from .._simulate import check_model, check_theta, check_times, raise_if_failed, solve
+from .._simulate import raise_if_failed, solve
 from .._sweep import latin_hypercube, sweep
 
 
@@ -333,6 +334,7 @@ def _check_common(model, rank, twin, singular, q, twin_partners, rref_tol):
         raise ValueError(f"rref_tol must be positive, got {rref_tol}.")
 
 
+@clean_errors
 def lserc(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
@@ -481,6 +483,7 @@ class Reduction(eqx.Module):
         return "\n".join(lines)
 
 
+@clean_errors
 def reduce_parameters(
     model: AbstractModel,
     samples: ArrayLike | Sequence | None = None,

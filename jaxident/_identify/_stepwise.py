@@ -15,13 +15,15 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
+from .._checks import check_model, check_theta, check_times, n_outputs
+from .._context import clean_errors
 from .._estimate import _check_data, _transform, finite_residual
 from .._linalg._misc import svdvals
 from .._linalg._rank import AbstractRankRule, RelativeTolerance
 from .._linalg._ranking import AbstractRankingCriterion, Orthogonalization
 from .._model import AbstractModel, Integrator
 from .._sensitivity import sensitivity
-from .._simulate import check_model, check_theta, check_times, n_outputs, solve, Trajectory
+from .._simulate import solve, Trajectory
 
 
 class MeasurementError(eqx.Module):
@@ -303,6 +305,15 @@ class _Problem:
         self.data = _check_data(data, self.times.shape[0], n_out)
         self.sigma = error.sigma(self.data)
         self.data_np, self.sigma_np = np.asarray(self.data), np.asarray(self.sigma)
+        zero = np.flatnonzero(self.sigma_np <= 0)
+        if zero.size:
+            i, j = divmod(int(zero[0]), n_out)
+            raise ValueError(
+                f"{error} gives sigma = 0 for {zero.size} datum(s) equal to 0 (the first at "
+                f"t = {float(self.times[i]):g}, output {j}): a zero standard deviation makes "
+                "the weighted residual infinite. Give an absolute part, e.g. "
+                f"MeasurementError({error.relative}, 1e-6)."
+            )
         per_output = jnp.mean(jnp.abs(self.data.reshape(-1, n_out)), axis=0)
         per_output = jnp.where(per_output > 0, per_output, 1.0)
         self.row_mean = jnp.tile(per_output, self.times.shape[0])
@@ -626,6 +637,7 @@ def _stepwise(procedure, model, data, times, theta0, criterion, error, rank, ree
     return _run(problem, procedure, progress)
 
 
+@clean_errors
 def set_by_set(
     model: AbstractModel,
     data: ArrayLike | Sequence | Trajectory,
@@ -657,6 +669,7 @@ def set_by_set(
     return _stepwise("set-by-set", model, data, times, *args, integrator, progress)
 
 
+@clean_errors
 def one_by_one(
     model: AbstractModel,
     data: ArrayLike | Sequence | Trajectory,

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
+from .._context import clean_errors
 from ._css._base import AbstractColumnSelectionMethod, ColumnSelection
 from ._css._srrqr import StrongRRQR
 from ._misc import after, reduce_to_square, svdvals
@@ -29,6 +30,23 @@ def check_matrix(S: ArrayLike, what: str = "S") -> Array:
         S = S.astype(float)
     warn_if_low_precision(S)
     return S
+
+
+def raise_if_nonfinite(S: Array, what: str = "S") -> None:
+    """For a concrete matrix, a `ValueError` naming where it holds NaN or inf (the
+    compiled check would only say that it does, after a page of traceback)."""
+    if isinstance(S, jax.core.Tracer):
+        return
+    bad = ~np.isfinite(np.asarray(S))
+    if bad.any():
+        rows, cols = np.nonzero(bad)
+        where = ", ".join(f"({i}, {j})" for i, j in zip(rows[:5], cols[:5]))
+        more = f" and {rows.size - 5} more" if rows.size > 5 else ""
+        raise ValueError(
+            f"{what} contains NaN or inf at {where}{more} (row, column). A sensitivity matrix "
+            "with non-finite entries comes from a failed solve; check the model and the "
+            "parameter values, or pass throw=False to get a failure status instead."
+        )
 
 
 def check_k(k, p: int):
@@ -68,6 +86,7 @@ def _column_subset(S, k, method, rank, throw):
     return sel
 
 
+@clean_errors
 def column_subset(
     S: ArrayLike,
     k: int | ArrayLike | None = None,
@@ -104,6 +123,8 @@ def column_subset(
     """
     S = check_matrix(S)
     k = check_k(k, S.shape[1])
+    if throw:
+        raise_if_nonfinite(S)
     if not isinstance(method, AbstractColumnSelectionMethod):
         raise TypeError(
             f"method must be a column-selection method such as StrongRRQR(), got {method!r}."
