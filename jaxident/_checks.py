@@ -91,7 +91,7 @@ def _calls(model):
             th = model.parameters.view(theta)
             y = model.response(model.conditions[0], th)
             _output_shape(model, y)
-            return y
+            return (y,)
 
         return run
 
@@ -118,11 +118,11 @@ def _calls(model):
     return run
 
 
-# Models already checked, by structure, array shapes and Python scalars (instances of one
-# class with arrays of the same shapes index alike), or by identity when the structure is
-# not hashable.
-_CHECKED: set = set()
-_CHECKED_IDS: "weakref.WeakValueDictionary[int, AbstractModel]" = weakref.WeakValueDictionary()
+# Models already checked, with their number of outputs: by structure, array shapes and
+# Python scalars (instances of one class with arrays of the same shapes index alike), or
+# by identity when the structure is not hashable.
+_CHECKED: dict = {}
+_CHECKED_IDS: dict = {}  # id -> (weak reference, number of outputs)
 
 
 def _key(model):
@@ -142,20 +142,26 @@ def _key(model):
         return None
 
 
-def check_model_shapes(model: AbstractModel) -> None:
+def check_model_shapes(model: AbstractModel) -> int:
     """Trace the model's methods at the nominal parameters and check what they return:
     arrays of floats, a vector field of the state's shape, an output of at most one
     dimension, no Python control flow on traced values, and (where the model is
     concrete) no index out of bounds, which JAX would clamp silently.
 
-    **Raises:** `TypeError`/`ValueError` naming the method and saying what to change."""
+    **Returns:** the number of outputs.
+
+    **Raises:** `TypeError`/`ValueError`/`IndexError` naming the method and saying what to
+    change."""
     key = _key(model)
-    if (key is not None and key in _CHECKED) or _CHECKED_IDS.get(id(model)) is model:
-        return
+    if key is not None and key in _CHECKED:
+        return _CHECKED[key]
+    ref, n_out = _CHECKED_IDS.get(id(model), (None, None))
+    if ref is not None and ref() is model:
+        return n_out
     run = _calls(model)
     th0 = model.parameters.nominal
     try:
-        jax.eval_shape(run, th0)
+        shapes = jax.eval_shape(run, th0)
     except jax.errors.ConcretizationTypeError as e:
         raise TypeError(f"{type(model).__name__} {_CONTROL_FLOW_HINT}\n({e})") from None
     if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(model)):
@@ -170,13 +176,15 @@ def check_model_shapes(model: AbstractModel) -> None:
                 "of a 3-vector reads x[2]); check the indices against the state and "
                 "parameter sizes."
             )
+    n_out = int(np.prod(shapes[-1].shape, dtype=int)) if shapes[-1].shape else 1
     if key is not None:
-        _CHECKED.add(key)
+        _CHECKED[key] = n_out
     else:
         try:
-            _CHECKED_IDS[id(model)] = model
+            _CHECKED_IDS[id(model)] = (weakref.ref(model), n_out)
         except TypeError:  # pragma: no cover - not weak-referenceable
             pass
+    return n_out
 
 
 def check_model(model) -> None:
@@ -242,26 +250,8 @@ def check_times(model: AbstractModel, times) -> Array:
     return times
 
 
-def n_outputs(model: AbstractModel, theta: Array) -> int:
+def n_outputs(model: AbstractModel, theta: Array | None = None) -> int:
     """The number of outputs of `model`, from its output function alone (tracing a
-    whole solve to learn it costs seconds for a stiff model)."""
-    th = model.parameters.view(theta)
-    t0 = jnp.asarray(model.t0, dtype=float)
-
-    def out(th):
-        if isinstance(model, AlgebraicModel):
-            y = model.response(model.conditions[0], th)
-        elif isinstance(model, DAEModel):
-            x0 = model.initial_state(th)
-            w0 = jnp.atleast_1d(jnp.asarray(model.initial_algebraic_guess(th), dtype=float))
-            y = model.output(t0, x0, w0, th)
-        else:
-            y = model.output(t0, model.initial_state(th), th)
-        return jnp.atleast_1d(y)
-
-    shape = jax.eval_shape(out, th).shape
-    if len(shape) != 1:
-        raise ValueError(
-            f"{type(model).__name__}'s output must be a scalar or a 1-D vector, got shape {shape}."
-        )
-    return shape[0]
+    whole solve to learn it costs seconds for a stiff model); checked and cached with
+    the model's other shapes (`check_model_shapes`)."""
+    return check_model_shapes(model)

@@ -1,5 +1,14 @@
-"""Turn on float64 when jaxident is imported: identifiability is decided in
-ill-conditioned matrices. Set JAXIDENT_X64=0 before the import to opt out."""
+"""Settings applied when jaxident is imported.
+
+- float64 (`jax_enable_x64`): identifiability is decided in ill-conditioned matrices.
+  Set `JAXIDENT_X64=0` before the import to opt out.
+- A persistent compilation cache, so that a second Python process loads the compiled
+  kernels instead of compiling them again: in `$XDG_CACHE_HOME/jaxident/jax` (default
+  `~/.cache/jaxident/jax`), unless JAX's own `jax_compilation_cache_dir` (or the
+  environment variable `JAX_COMPILATION_CACHE_DIR`) is set. `JAXIDENT_CACHE=DIR` chooses
+  another folder, `JAXIDENT_CACHE=0` turns it off. JAX stores only programs without host
+  callbacks: the sweeps, and entry points called with `throw=False`.
+"""
 
 import os
 
@@ -8,3 +17,29 @@ import jax
 
 if os.environ.get("JAXIDENT_X64", "1") != "0":
     jax.config.update("jax_enable_x64", True)
+
+
+def _default_cache_dir() -> str | None:
+    setting = os.environ.get("JAXIDENT_CACHE", "")
+    if setting == "0":
+        return None
+    if setting:
+        return setting
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxident", "jax")
+
+
+def _enable_cache() -> None:
+    if jax.config.jax_compilation_cache_dir:  # the user's (or the environment's) choice
+        return
+    folder = _default_cache_dir()
+    if folder is None:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:  # a read-only home: no cache, no error
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+
+
+_enable_cache()

@@ -11,6 +11,7 @@ import functools
 import re
 
 import equinox as eqx
+import jax
 
 
 _THROW = contextvars.ContextVar("jaxident_throw", default=True)
@@ -21,10 +22,61 @@ def resolve_throw(throw: bool | None) -> bool:
 
 
 @contextlib.contextmanager
-def no_throw():
-    token = _THROW.set(False)
+def _equinox_checks_as_nan():
+    """Trace equinox's run-time checks (`error_if`) as NaN instead of host callbacks
+    (equinox's `EQX_ON_ERROR=nan`); a user's `EQX_ON_ERROR=breakpoint` is kept."""
+    import equinox._errors as eqx_errors
+
+    mode = getattr(eqx_errors, "EQX_ON_ERROR", None)
+    if mode == "raise":
+        eqx_errors.EQX_ON_ERROR = "nan"
     try:
         yield
+    finally:
+        if mode == "raise":
+            eqx_errors.EQX_ON_ERROR = mode
+
+
+# The `throw` of a kernel whose checks the host makes (see `run_kernel`): the kernel
+# emits no check and returns what the host needs for the message.
+DEFERRED = "deferred"
+
+
+def run_kernel(kernel, *args, throw: bool, message):
+    """`kernel(*args, throw)`, a compiled entry point, with its checks made on the host.
+
+    With `throw` and concrete arguments the kernel is called with `throw=DEFERRED`: it
+    emits no check of its own, and the checks of the libraries inside it are compiled as
+    NaN (which the kernel's status flags then report), so the program has no host
+    callback. JAX's persistent cache can store it, and a second process loads it instead
+    of compiling. `message(result)` then gives the error message of a failed call (or
+    `None`), raised here as an `EquinoxRuntimeError`. Without `throw`, or under a
+    caller's trace, the kernel runs as it is (its checks compiled in).
+
+    **Returns:** the kernel's result.
+    """
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
+    if not throw or traced:
+        return kernel(*args, throw)
+    with _equinox_checks_as_nan():
+        out = kernel(*args, DEFERRED)
+    text = message(out)
+    if text:
+        raise eqx.EquinoxRuntimeError(text)
+    return out
+
+
+@contextlib.contextmanager
+def no_throw():
+    """Trace with `throw=False` for every entry point, and with the remaining equinox
+    checks (diffrax's own input checks, say) compiled as NaN instead of host callbacks
+    (equinox's `EQX_ON_ERROR=nan`): failures then become per-sample flags, and the
+    compiled program has no host callback, so JAX's persistent cache can store it. A
+    user's `EQX_ON_ERROR=breakpoint` is kept."""
+    token = _THROW.set(False)
+    try:
+        with _equinox_checks_as_nan():
+            yield
     finally:
         _THROW.reset(token)
 
@@ -47,10 +99,10 @@ def clean_errors(fn=None, *, diagnose=None):
         try:
             return fn(*args, **kwargs)
         except eqx.EquinoxRuntimeError as e:
-            found = _MESSAGE.search(str(e))
-            if found is None:
+            if getattr(e, "_jaxident_clean", False):
                 raise
-            message = found.group(1).strip()
+            found = _MESSAGE.search(str(e))
+            message = str(e) if found is None else found.group(1).strip()
             if diagnose is not None:
                 try:
                     extra = diagnose(*args, **kwargs)
@@ -58,6 +110,8 @@ def clean_errors(fn=None, *, diagnose=None):
                     extra = ""
                 if extra:
                     message = f"{message} {extra}"
-        raise eqx.EquinoxRuntimeError(message) from None
+        error = eqx.EquinoxRuntimeError(message)
+        error._jaxident_clean = True
+        raise error from None
 
     return wrapper

@@ -89,6 +89,15 @@ class FixedODEModel(_Reduced, ODEModel):
     def output(self, t, x, theta):
         return self.base.output(t, x, self.full_theta(theta))
 
+    def switching_times(self, theta):
+        return self.base.switching_times(self.full_theta(theta))
+
+    def lift(self, x):
+        return self.base.lift(x)
+
+    def restrict(self, y):
+        return self.base.restrict(y)
+
 
 class FixedDAEModel(_Reduced, DAEModel):
     """A `DAEModel` with some parameters fixed; made by `ji.fix_parameters`."""

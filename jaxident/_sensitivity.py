@@ -9,11 +9,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._checks import check_model, check_theta, check_times
-from ._context import clean_errors, resolve_throw
+from ._context import clean_errors, resolve_throw, run_kernel
 from ._forward import accuracy, forward_sensitivities
 from ._linalg._misc import after, matmul
 from ._model import AbstractModel, Integrator
-from ._simulate import raise_if_failed, solve_failure_point
+from ._simulate import failure_message, raise_if_failed, solve_failure_point
 
 
 class Sensitivity(eqx.Module):
@@ -83,7 +83,7 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     ok = ok & jnp.all(jnp.isfinite(S))
     if scale == "relative":
         nonzero = jnp.all(y != 0)
-        if throw:
+        if throw is True:
             S = eqx.error_if(
                 S,
                 ok & jnp.any(theta == 0),
@@ -93,7 +93,7 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
             )
         ok = ok & jnp.all(theta != 0)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
-        if throw:
+        if throw is True:
             S = eqx.error_if(
                 S,
                 ok & ~nonzero,
@@ -102,10 +102,23 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
                 "scale='none'.",
             )
         ok = ok & nonzero
-    if throw:
-        S = raise_if_failed(model, S, solved._replace(ok=ok))
+    status = solved._replace(ok=ok)
+    if throw is True:
+        S = raise_if_failed(model, S, status)
     S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
-    return S, y, ok
+    return S, y, ok, status._replace(xs=None, ys=None)
+
+
+def _sensitivity_message(model, scale, out):
+    S, y, ok, status = out
+    if scale == "relative" and bool(status.ok) is False and bool(status.success):
+        if not bool(np.all(np.asarray(y) != 0)):
+            return (
+                "scale='relative' divides by the outputs, and an output is exactly zero at "
+                "some observation time (often at t0). Drop that time from `times`, or use "
+                "scale='none'."
+            )
+    return failure_message(model, status)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -136,7 +149,16 @@ def sensitivity(
                 "off zero."
             )
     integrator = model.integrator if integrator is None else integrator
-    S, y, ok = _sensitivity(model, theta, times, integrator, scale, resolve_throw(throw))
+    S, y, ok, _ = run_kernel(
+        _sensitivity,
+        model,
+        theta,
+        times,
+        integrator,
+        scale,
+        throw=resolve_throw(throw),
+        message=lambda out: _sensitivity_message(model, scale, out),
+    )
     return Sensitivity(
         matrix=S,
         outputs=y,

@@ -12,7 +12,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
 from ._checks import check_model, check_theta, check_times
-from ._context import clean_errors, resolve_throw
+from ._context import clean_errors, resolve_throw, run_kernel
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
 
@@ -211,43 +211,75 @@ def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:
     return Solved(ys, ys, ok, true, true, zero, zero)
 
 
-def raise_if_failed(model, x, solved: Solved):
-    """Raise a clear message when the solve failed: the DAE initialisation, the ODE
+def _failure_checks(model, solved: Solved):
+    """`(pred, index, messages)` of a failed solve: the DAE initialisation, the ODE
     solver's own reason, or non-finite outputs."""
     name = type(model).__name__
-    if isinstance(model, DAEModel):
-        x = eqx.error_if(
-            x,
-            ~solved.init_ok,
-            f"{name}: no consistent initial values for the algebraic variables: the Newton "
-            "solve of g(t0, x0, w, theta) = 0 from initial_algebraic_guess did not converge, "
-            "or g_w is singular there (the DAE is not index 1 at t0). Check the guess and "
-            "the parameter values.",
+    dae = isinstance(model, DAEModel)
+    checks = []
+    if dae:
+        checks.append(
+            (
+                ~solved.init_ok,
+                0,
+                [
+                    f"{name}: no consistent initial values for the algebraic variables: the "
+                    "Newton solve of g(t0, x0, w, theta) = 0 from initial_algebraic_guess did "
+                    "not converge, or g_w is singular there (the DAE is not index 1 at t0). "
+                    "Check the guess and the parameter values."
+                ],
+            )
         )
-    x = eqx.branched_error_if(
-        x,
-        solved.init_ok & ~solved.success,
-        solved.result_index,
-        _solver_failure_messages(name, isinstance(model, DAEModel)),
+    checks.append(
+        (
+            solved.init_ok & ~solved.success,
+            solved.result_index,
+            _solver_failure_messages(name, dae),
+        )
     )
-    x = eqx.error_if(
-        x,
-        solved.success & ~solved.ok,
-        f"{name} produced NaN or inf outputs (the solver itself succeeded): check the model "
-        "equations and the parameter values for divisions by zero, logarithms or square "
-        "roots of negative numbers"
-        + (", or the algebraic solve at an output time." if isinstance(model, DAEModel) else "."),
+    checks.append(
+        (
+            solved.success & ~solved.ok,
+            0,
+            [
+                f"{name} produced NaN or inf outputs (the solver itself succeeded): check the "
+                "model equations and the parameter values for divisions by zero, logarithms "
+                "or square roots of negative numbers"
+                + (", or the algebraic solve at an output time." if dae else ".")
+            ],
+        )
     )
+    return checks
+
+
+def raise_if_failed(model, x, solved: Solved):
+    """Raise a clear message when the solve failed (compiled in: `eqx.error_if`)."""
+    for pred, index, msgs in _failure_checks(model, solved):
+        x = eqx.branched_error_if(x, pred, index, msgs)
     return x
+
+
+def failure_message(model, solved: Solved) -> str | None:
+    """The same message on the host, from a concrete status (or `None`)."""
+    for pred, index, msgs in _failure_checks(model, solved):
+        if bool(pred):
+            return msgs[int(index)]
+    return None
+
+
+def status(solved: Solved) -> Solved:
+    """The status fields of a solve (what `failure_message` reads), without the data."""
+    return solved._replace(xs=None, ys=None)
 
 
 @eqx.filter_jit
 def _simulate(model, theta, times, integrator, throw):
     solved = solve(model, theta, times, integrator, diffrax.RecursiveCheckpointAdjoint())
     ys = solved.ys
-    if throw:
+    if throw is True:
         ys = raise_if_failed(model, ys, solved)
-    return Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
+    traj = Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
+    return traj, status(solved)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -282,4 +314,13 @@ def simulate(
     theta = check_theta(model, theta)
     times = check_times(model, times)
     integrator = model.integrator if integrator is None else integrator
-    return _simulate(model, theta, times, integrator, resolve_throw(throw))
+    traj, _ = run_kernel(
+        _simulate,
+        model,
+        theta,
+        times,
+        integrator,
+        throw=resolve_throw(throw),
+        message=lambda out: failure_message(model, out[1]),
+    )
+    return traj

@@ -1,5 +1,6 @@
 """Latin-hypercube sampling and chunked, vmapped sweeps."""
 
+import collections
 import hashlib
 import importlib.metadata
 import json
@@ -7,7 +8,6 @@ import os
 import pathlib
 import time
 import warnings
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -148,35 +148,57 @@ def _default_ok(out) -> Array:
     return ok
 
 
-# Compiled chunk functions, per user function (weakly held) and input signature, so that
-# sweeping the same function again does not recompile.
-_COMPILED: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+# Compiled chunk functions, by the structure of the function and of the inputs: a plain
+# function counts by identity; an `eqx.Module` by its static parts and the shapes of its
+# arrays, which the compiled chunk takes as arguments. So a second sweep of the same
+# analysis (a module built afresh by an entry point, say) does not recompile. Bounded, as
+# the entries hold the functions and their closures.
+_COMPILED: "collections.OrderedDict" = collections.OrderedDict()
+_MAX_COMPILED = 32
+COMPILE_COUNT = [0]  # compilations so far (read by the tests)
+
+
+def _signature(x) -> tuple:
+    return (
+        jax.tree.structure(x),
+        tuple((tuple(np.shape(v)), str(jnp.result_type(v))) for v in jax.tree.leaves(x)),
+    )
 
 
 def _compiled_for(fn, okfn, first):
-    sig = (
-        okfn,
-        jax.tree.structure(first),
-        tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(first)),
-    )
+    """`((compiled, output shapes, program fingerprint), compile seconds, arrays)`: the
+    compiled chunk function is called as `compiled(arrays, chunk)`."""
+    arrays, static = eqx.partition((fn, okfn), eqx.is_array)
+    key = (static, _signature(arrays), _signature(first))
     try:
-        per_fn = _COMPILED.setdefault(fn, {})
-    except TypeError:  # not weak-referenceable
-        per_fn = {}
-    if sig in per_fn:
-        return per_fn[sig], 0.0
+        hash(key)
+    except TypeError:  # a static part that cannot be hashed: compile every time
+        key = None
+    if key is not None and key in _COMPILED:
+        _COMPILED.move_to_end(key)
+        return _COMPILED[key], 0.0, arrays
 
-    def one(sample):
-        out = fn(sample)
-        return out, okfn(out)
+    def chunk(arrays, batch):
+        f, ok = eqx.combine(arrays, static)
+
+        def one(sample):
+            out = f(sample)
+            return out, ok(out)
+
+        return jax.vmap(one)(batch)
 
     t0 = time.perf_counter()
     with no_throw():
-        lowered = jax.jit(jax.vmap(one)).lower(first)
+        lowered = jax.jit(chunk).lower(arrays, first)
         compiled = lowered.compile()
-        out_shapes = jax.eval_shape(jax.vmap(one), first)
-    per_fn[sig] = (compiled, out_shapes, _LazyFingerprint(lowered))
-    return per_fn[sig], time.perf_counter() - t0
+        out_shapes = jax.eval_shape(chunk, arrays, first)
+    COMPILE_COUNT[0] += 1
+    entry = (compiled, out_shapes, _LazyFingerprint(lowered))
+    if key is not None:
+        _COMPILED[key] = entry
+        while len(_COMPILED) > _MAX_COMPILED:
+            _COMPILED.popitem(last=False)
+    return entry, time.perf_counter() - t0, arrays
 
 
 class _LazyFingerprint:
@@ -413,7 +435,9 @@ def sweep(
         return jax.tree.unflatten(treedef, parts), stop - start
 
     first, _ = chunk(0)
-    (compiled, (val_shapes, ok_shape), program), compile_seconds = _compiled_for(fn, okfn, first)
+    (compiled, (val_shapes, ok_shape), program), compile_seconds, arrays = _compiled_for(
+        fn, okfn, first
+    )
     if ok_shape.shape != (batch_size,) or ok_shape.dtype != jnp.bool_:
         raise ValueError(
             "ok(output) must return one boolean per sample (a scalar bool); got "
@@ -429,7 +453,9 @@ def sweep(
             "n": n,
             "batch_size": batch_size,
             "samples_sha256": _samples_hash(leaves),
-            "program_sha256": program(),
+            "program_sha256": hashlib.sha256(
+                (program() + _samples_hash(jax.tree.leaves(arrays))).encode()
+            ).hexdigest(),
             "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
             "jaxident": importlib.metadata.version("jaxident"),
             "jax": jax.__version__,
@@ -451,7 +477,7 @@ def sweep(
                     bar.update(min(batch_size, n - start))
                 continue
             c, m = chunk(start)
-            vals, oks = compiled(c)
+            vals, oks = compiled(arrays, c)
             oks = np.asarray(oks)[:m]
             for h, v in zip(host, jax.tree.leaves(vals)):
                 h[start : start + m] = np.asarray(v)[:m]

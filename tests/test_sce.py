@@ -177,6 +177,11 @@ def test_pod_basis_against_numpy(brusselator):
     assert 0.002 < err < 0.005
     x = jnp.ones(12)
     np.testing.assert_allclose(rom.restrict(rom.lift(x)), x, atol=1e-12)
+    # a ROM with fixed parameters still lifts to the full state
+    fixed = ji.fix_parameters(rom, {rom.parameters.names[0]: float(rom.parameters.nominal[0])})
+    assert fixed.lift(x).shape == (512,)
+    np.testing.assert_allclose(fixed.lift(x), rom.lift(x), rtol=0, atol=0)
+    np.testing.assert_allclose(fixed.restrict(fixed.lift(x)), x, atol=1e-12)
 
 
 def test_brusselator_worst_direction_table_6_1(brusselator):

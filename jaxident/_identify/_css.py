@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._context import clean_errors, resolve_throw
+from .._context import clean_errors, resolve_throw, run_kernel
 from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._metrics import css_metrics
@@ -158,6 +158,12 @@ class Selection(eqx.Module):
         return "\n".join(lines)
 
 
+def _selection_message(sel) -> str | None:
+    if bool(sel.result == RESULTS.successful):
+        return None
+    return RESULTS._index_to_message[int(sel.result._value)]
+
+
 @eqx.filter_jit
 def _select(S, k, method, rank, names, row_scale, throw):
     n, p = S.shape
@@ -193,7 +199,7 @@ def _select(S, k, method, rank, names, row_scale, throw):
         rank_rule=rule,
         shape=(n, p),
     )
-    if throw:
+    if throw is True:
         out = result.error_if(out, result != RESULTS.successful)
     return out
 
@@ -277,7 +283,17 @@ def select_parameters(
     if row_scale is not None:
         row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
     S, power = _power_of_two_scaling(S)
-    sel = _select(S, k, method, rank, names, row_scale, throw)
+    sel = run_kernel(
+        _select,
+        S,
+        k,
+        method,
+        rank,
+        names,
+        row_scale,
+        throw=throw,
+        message=_selection_message,
+    )
     if power:
         sel = eqx.tree_at(
             lambda s: (s.singular_values, s.R),

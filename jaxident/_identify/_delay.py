@@ -271,7 +271,11 @@ class _SVD(eqx.Module):
 def _svd_of(DG: Array) -> _SVD:
     ok = jnp.all(jnp.isfinite(DG))
     safe, c = equilibrate(jnp.where(ok, DG, 0.0))
-    _, s, Vt = jnp.linalg.svd(safe, full_matrices=False)
+    rows, cols = DG.shape
+    # fewer rows (K x outputs) than unknowns: all n right singular vectors, and zeros for
+    # the singular values beyond the rows (those directions are in the null space)
+    _, s, Vt = jnp.linalg.svd(safe, full_matrices=rows < cols)
+    s = jnp.concatenate([s, jnp.zeros(cols - s.shape[0], s.dtype)])
     nan = jnp.asarray(jnp.nan, DG.dtype)
     return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, ok)
 
@@ -736,6 +740,25 @@ class DelayEstimability(eqx.Module):
         return "\n".join(lines)
 
 
+class _DelaySample(eqx.Module):
+    """The SVD of the delay Jacobian at one (delay, state) sample, as `delay_estimability`
+    sweeps it: a module rather than a closure, so that a second call with the same model
+    structure and shapes reuses the compiled sweep."""
+
+    model: ODEModel
+    theta: Array
+    K: int
+    keep: tuple[int, ...]
+    integrator: Integrator
+
+    def __call__(self, sample):
+        tau, x = sample
+        w = jnp.concatenate([x, self.theta])
+        times = self.model.t0 + tau * jnp.arange(self.K, dtype=float)
+        DG = sensitivity(self.model, w, times, integrator=self.integrator, throw=False).matrix
+        return _svd_of(DG[:, list(self.keep)])
+
+
 @clean_errors
 def delay_estimability(
     model: ODEModel,
@@ -801,13 +824,7 @@ def delay_estimability(
     names = tuple(all_names[i] for i in keep)
     theta = check_theta(model, theta)
 
-    def one(sample):
-        tau, x = sample
-        w = jnp.concatenate([x, theta])
-        times = aug.t0 + tau * jnp.arange(K, dtype=float)
-        DG = sensitivity(aug, w, times, integrator=integrator, throw=False).matrix
-        return _svd_of(DG[:, keep])
-
+    one = _DelaySample(aug, theta, K, tuple(int(i) for i in keep), integrator)
     n_tau, n_states = taus.shape[0], states.shape[0]
     tt = np.repeat(taus, n_states)
     xx = np.tile(states, (n_tau, 1))

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_model, check_theta, check_times
-from .._context import clean_errors, resolve_throw
+from .._context import clean_errors, resolve_throw, run_kernel
 from .._forward import accuracy
 from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import (
@@ -27,7 +27,7 @@ from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
 from .._reduce import fix_parameters
 from .._sensitivity import directions_matrix
-from .._simulate import raise_if_failed, solve
+from .._simulate import failure_message, raise_if_failed, solve, status
 from .._sweep import latin_hypercube, sweep
 
 
@@ -289,10 +289,10 @@ def _lserc_jit(model, theta, times, D, integrator, rank_rule, rref_tol, singular
     ref, probes, active, solved = _lserc_tree(
         model, theta, times, D, integrator, rank_rule, rref_tol, singular, q
     )
-    if throw:
-        ok0 = jax.tree.map(lambda x: x[0], solved)
+    ok0 = jax.tree.map(lambda x: x[0], solved)
+    if throw is True:
         ref = eqx.tree_at(lambda r: r.rank, ref, raise_if_failed(model, ref.rank, ok0))
-    return ref, tuple(probes), tuple(active)
+    return ref, tuple(probes), tuple(active), status(ok0)
 
 
 def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
@@ -391,7 +391,8 @@ def lserc(
     D, kinds = _probe_directions(model.parameters.p, directions, twin, twin_partners)
     integrator = model.integrator if integrator is None else integrator
     rank = with_accuracy(rank, accuracy(model, integrator, theta.dtype))
-    ref, probes, active = _lserc_jit(
+    ref, probes, active, _ = run_kernel(
+        _lserc_jit,
         model,
         theta,
         times,
@@ -401,7 +402,8 @@ def lserc(
         rref_tol,
         float(singular),
         q,
-        resolve_throw(throw),
+        throw=resolve_throw(throw),
+        message=lambda out: failure_message(model, out[3]),
     )
     _warn_near_threshold(rank, ref, model.parameters.p, kinds)
     return LSERC(
@@ -483,6 +485,44 @@ class Reduction(eqx.Module):
         return "\n".join(lines)
 
 
+class _ReductionSample(eqx.Module):
+    """Algorithm 1 at one sample, as `reduce_parameters` sweeps it: a module rather than a
+    closure, so that a second reduction with the same model structure and shapes reuses
+    the compiled sweep (its arrays are arguments of the compiled chunk)."""
+
+    model: AbstractModel
+    times: Array
+    D: Array
+    integrator: Integrator
+    rank: AbstractRankRule
+    rref_tol: float
+    singular: float
+    q: int
+    count: str
+
+    def __call__(self, theta):
+        ref, probes, active, _ = _lserc_tree(
+            self.model,
+            theta,
+            self.times,
+            self.D,
+            self.integrator,
+            self.rank,
+            self.rref_tol,
+            self.singular,
+            self.q,
+        )
+        mask = ref.non_identifiable
+        if self.count == "confirmed":
+            for pr, act in zip(probes, active):
+                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
+        return mask, jnp.all(ref.ok)
+
+
+def _solved(out):
+    return out[1]
+
+
 @clean_errors
 def reduce_parameters(
     model: AbstractModel,
@@ -551,22 +591,13 @@ def reduce_parameters(
     integrator = model.integrator if integrator is None else integrator
     rank = with_accuracy(rank, accuracy(model, integrator, samples.dtype))
 
-    def one(theta):
-        ref, probes, active, _ = _lserc_tree(
-            model, theta, times, D, integrator, rank, rref_tol, float(singular), q
-        )
-        mask = ref.non_identifiable
-        if count == "confirmed":
-            for pr, act in zip(probes, active):
-                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
-        return mask, jnp.all(ref.ok)
-
+    one = _ReductionSample(model, times, D, integrator, rank, rref_tol, float(singular), q, count)
     res = sweep(
         one,
         samples,
         batch_size=batch_size,
         progress=progress,
-        ok=lambda out: out[1],
+        ok=_solved,
         desc=f"L-SERC at {samples.shape[0]} samples",
     )
     mask = np.asarray(res.values[0], bool)
