@@ -1,6 +1,12 @@
 import importlib.metadata
 
 from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
+from ._delay_jacobian import (
+    attractor_states as attractor_states,
+    delay_jacobian as delay_jacobian,
+    free_initial_state as free_initial_state,
+    InitialStateModel as InitialStateModel,
+)
 from ._estimate import (
     Estimate as Estimate,
     estimate as estimate,
@@ -14,14 +20,12 @@ from ._identify._css import (
     Selection as Selection,
 )
 from ._identify._delay import (
-    attractor_states as attractor_states,
     delay_estimability as delay_estimability,
-    delay_jacobian as delay_jacobian,
     DelayEstimability as DelayEstimability,
+)
+from ._identify._estimability import (
     Estimability as Estimability,
     estimability as estimability,
-    free_initial_state as free_initial_state,
-    InitialStateModel as InitialStateModel,
 )
 from ._identify._lserc import (
     LSERC as LSERC,

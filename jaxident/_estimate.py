@@ -12,7 +12,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_model, check_theta, check_times, n_outputs
-from ._context import clean_errors
+from ._context import callback_free, clean_errors
 from ._model import AbstractModel, Integrator
 from ._nonsmooth import ld_jvp
 from ._sensitivity import directions_matrix
@@ -43,17 +43,24 @@ class OptaxLD(eqx.Module):
     direction: tuple[float, ...] | None = None
 
 
+_NOT_CONVERGED = (
+    "the solver did not converge within its step cap, or the model could not be solved "
+    "near the estimate; raise max_steps, start closer, or check identifiability"
+)
+
+
 class Estimate(eqx.Module):
     """The result of `ji.estimate`.
 
     **Fields:** `names`, `theta` (the estimate), `theta0` (the start), `residuals`
     (weighted, at the estimate), `cost` (their sum of squares), `jacobian` (of the
-    weighted residuals with respect to `theta`), `steps`, `ok` and `message`, `at_bound`
-    (which parameters ended on a bound).
+    weighted residuals with respect to `theta`), `steps`, `ok`, `at_bound` (which
+    parameters ended on a bound).
 
     **Properties:** `covariance` (`s^2 (J^T J)^{-1}` with `s^2 = cost / (n - p)`, from the
     SVD of `J`; infinite when `J` is rank deficient), `std_errors`, `relative_std`
-    (`sigma_theta / |theta|`), and `confidence_intervals(level)` (Student t).
+    (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t), and `message`
+    (why it failed, or "").
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
@@ -64,8 +71,11 @@ class Estimate(eqx.Module):
     jacobian: Float[Array, "n p"]
     steps: Int[Array, ""]
     ok: Bool[Array, ""]
-    message: str = eqx.field(static=True)
     at_bound: Bool[Array, " p"]
+
+    @property
+    def message(self) -> str:
+        return "" if bool(np.all(np.asarray(self.ok))) else _NOT_CONVERGED
 
     @property
     def dof(self) -> int:
@@ -287,7 +297,9 @@ def estimate(
     - `max_steps`: iteration cap of the optimistix solver.
     - `throw`: raise when the solve did not converge (default); else see `ok`.
 
-    **Returns:** an `Estimate` with standard errors and confidence intervals.
+    **Returns:** an `Estimate` with standard errors and confidence intervals. Jittable,
+    and vmappable over `data`, `theta0` and `sigma` (a batch of data sets); under a trace
+    a failure with `throw=True` is a run-time error, so use `throw=False` under `vmap`.
 
     **Example:**
 
@@ -312,9 +324,9 @@ def estimate(
             f"one per observation ({n_times}, {n_out}) (times x outputs) or "
             f"({n_times * n_out},)."
         )
-    if not isinstance(sigma, jax.core.Tracer) and not bool(
-        jnp.all(jnp.isfinite(sigma) & (sigma > 0))
-    ):
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((data, sigma, bounds)))
+    traced = traced or isinstance(theta0, jax.core.Tracer)
+    if not traced and not bool(jnp.all(jnp.isfinite(sigma) & (sigma > 0))):
         raise ValueError("sigma must be positive and finite.")
     if bounds is True:
         lower, upper = model.parameters.lower, model.parameters.upper
@@ -325,9 +337,9 @@ def estimate(
         if lower.shape != theta0.shape or upper.shape != theta0.shape:
             raise ValueError(f"bounds need shape {theta0.shape} each.")
     bounded = bounds is not False and bounds is not None
-    if bounded and not bool(jnp.all(lower < upper)):
+    if bounded and not traced and not bool(jnp.all(lower < upper)):
         raise ValueError("Need lower < upper for every parameter.")
-    if bounded:
+    if bounded and not traced:
         out = np.flatnonzero(np.asarray((theta0 < lower) | (theta0 > upper)))
         if out.size:
             names = [model.parameters.names[i] for i in out]
@@ -342,17 +354,9 @@ def estimate(
             "solver must be an optimistix least-squares solver or ji.OptaxLD, "
             f"got {type(solver).__name__}."
         )
-    theta, r, cost, J, steps, ok, at_bound = _estimate(
-        model, data, sigma, times, theta0, lower, upper, bounded, solver, max_steps, integ
-    )
-    message = (
-        ""
-        if bool(ok)
-        else (
-            "the solver did not converge within its step cap, or the model could not be "
-            "solved near the estimate; raise max_steps, start closer, or check identifiability"
-        )
-    )
+    args = (model, data, sigma, times, theta0, lower, upper, bounded, solver, max_steps, integ)
+    with callback_free(*args):  # its status is `ok`: no check inside needs a callback
+        theta, r, cost, J, steps, ok, at_bound = _estimate(*args)
     est = Estimate(
         names=model.parameters.names,
         theta=theta,
@@ -362,11 +366,12 @@ def estimate(
         jacobian=J,
         steps=steps,
         ok=ok,
-        message=message,
         at_bound=at_bound,
     )
+    if throw and traced:  # under a caller's jit or vmap: checked at run time
+        return eqx.error_if(est, ~ok, f"Estimation failed: {_NOT_CONVERGED}.")
     if throw and not bool(ok):
-        raise RuntimeError(f"Estimation failed: {message}.\n{est!r}")
+        raise RuntimeError(f"Estimation failed: {est.message}.\n{est!r}")
     return est
 
 

@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._checks import check_model, check_theta
 from ._context import clean_errors
-from ._identify._delay import free_initial_state
+from ._delay_jacobian import free_initial_state
 from ._linalg._misc import matmul
 from ._linalg._sce import sce_estimate, similarity_index, wallis, worst_direction, WorstDirection
 from ._model import AbstractModel, DAEModel, Integrator, ODEModel

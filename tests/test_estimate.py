@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -87,3 +88,22 @@ def test_estimate_errors():
         ji.estimate(m, np.ones(31), sigma=-1.0)
     with pytest.raises(TypeError, match="solver"):
         ji.estimate(m, np.ones(31), solver="lm")
+
+
+def test_estimate_under_jit_and_vmap():
+    """`ji.estimate` composes with jit (the same result) and vmap (a batch of data sets,
+    each as estimated alone, to the solver's tolerance)."""
+    model = ji.models.load("svir")
+    data = ji.simulate(model).ys
+    theta0 = model.parameters.nominal * 1.1
+    ref = ji.estimate(model, data, theta0=theta0)
+    jitted = jax.jit(lambda d, t0: ji.estimate(model, d, theta0=t0))(data, theta0)
+    np.testing.assert_array_equal(jitted.theta, ref.theta)
+    assert bool(jitted.ok) and jitted.message == ""
+    noise = 1.0 + 0.01 * jax.random.normal(jax.random.key(0), (2, *data.shape))
+    batch = data[None] * noise
+    vm = jax.vmap(lambda d: ji.estimate(model, d, theta0=theta0, throw=False))(batch)
+    loop = np.stack([np.asarray(ji.estimate(model, d, theta0=theta0).theta) for d in batch])
+    np.testing.assert_allclose(vm.theta, loop, rtol=1e-6)
+    assert np.all(np.asarray(vm.ok))
+    assert not np.allclose(loop[0], loop[1])  # the data sets differ
