@@ -13,6 +13,7 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array
 
+from ._context import is_traced
 from ._model import AbstractModel, AlgebraicModel, DAEModel
 
 
@@ -164,7 +165,7 @@ def check_model_shapes(model: AbstractModel) -> int:
         shapes = jax.eval_shape(run, th0)
     except jax.errors.ConcretizationTypeError as e:
         raise TypeError(f"{type(model).__name__} {_CONTROL_FLOW_HINT}\n({e})") from None
-    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(model)):
+    if not is_traced(model):
         # evaluated now, also when called while a caller's function is being traced
         with jax.ensure_compile_time_eval():
             err, _ = jax.jit(checkify.checkify(run, errors=checkify.index_checks))(th0)

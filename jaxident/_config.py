@@ -7,7 +7,8 @@
   `~/.cache/jaxident/jax`), unless JAX's own `jax_compilation_cache_dir` (or the
   environment variable `JAX_COMPILATION_CACHE_DIR`) is set. `JAXIDENT_CACHE=DIR` chooses
   another folder, `JAXIDENT_CACHE=0` turns it off. JAX stores only programs without host
-  callbacks: the sweeps, and entry points called with `throw=False`.
+  callbacks: the sweeps, and the entry points whose checks are made on the host
+  (`_context.run_kernel`).
 """
 
 import os

@@ -21,6 +21,11 @@ def resolve_throw(throw: bool | None) -> bool:
     return _THROW.get() if throw is None else bool(throw)
 
 
+def is_traced(*trees) -> bool:
+    """Whether any leaf of `trees` is a tracer (we are inside a caller's jit or vmap)."""
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees))
+
+
 @contextlib.contextmanager
 def _equinox_checks_as_nan():
     """Trace equinox's run-time checks (`error_if`) as NaN instead of host callbacks
@@ -55,8 +60,7 @@ def run_kernel(kernel, *args, throw: bool, message):
 
     **Returns:** the kernel's result.
     """
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args))
-    if not throw or traced:
+    if not throw or is_traced(args):
         return kernel(*args, throw)
     with _equinox_checks_as_nan():
         out = kernel(*args, DEFERRED)
@@ -69,7 +73,7 @@ def run_kernel(kernel, *args, throw: bool, message):
 def callback_free(*args):
     """A context in which a kernel called with concrete `args` is compiled with the
     library checks inside it as NaN (see `run_kernel`), or a no-op under a trace."""
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
+    if is_traced(args):
         return contextlib.nullcontext()
     return _equinox_checks_as_nan()
 

@@ -12,7 +12,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_model, check_theta, check_times, n_outputs
-from ._context import callback_free, clean_errors
+from ._context import callback_free, clean_errors, is_traced
 from ._model import AbstractModel, Integrator
 from ._nonsmooth import ld_jvp
 from ._sensitivity import directions_matrix
@@ -324,8 +324,7 @@ def estimate(
             f"one per observation ({n_times}, {n_out}) (times x outputs) or "
             f"({n_times * n_out},)."
         )
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((data, sigma, bounds)))
-    traced = traced or isinstance(theta0, jax.core.Tracer)
+    traced = is_traced(data, sigma, bounds, theta0)
     if not traced and not bool(jnp.all(jnp.isfinite(sigma) & (sigma > 0))):
         raise ValueError("sigma must be positive and finite.")
     if bounds is True:

@@ -13,7 +13,7 @@ from ._context import clean_errors, resolve_throw, run_kernel
 from ._forward import accuracy, forward_sensitivities
 from ._linalg._misc import after, matmul
 from ._model import AbstractModel, Integrator
-from ._simulate import failure_message, raise_if_failed, solve_failure_point
+from ._simulate import failure_message, raise_if_failed, solve_failure_point, status
 
 
 class Sensitivity(eqx.Module):
@@ -73,6 +73,12 @@ class Sensitivity(eqx.Module):
         return [f"{o}(t={float(t):g})" for t in self.times for o in outs]
 
 
+_ZERO_OUTPUT = (
+    "scale='relative' divides by the outputs, and an output is exactly zero at some "
+    "observation time (often at t0). Drop that time from `times`, or use scale='none'."
+)
+
+
 @eqx.filter_jit
 def _sensitivity(model, theta, times, integrator, scale, throw):
     p = theta.shape[0]
@@ -94,31 +100,21 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
         ok = ok & jnp.all(theta != 0)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
         if throw is True:
-            S = eqx.error_if(
-                S,
-                ok & ~nonzero,
-                "scale='relative' divides by the outputs, and an output is exactly zero at "
-                "some observation time (often at t0). Drop that time from `times`, or use "
-                "scale='none'.",
-            )
+            S = eqx.error_if(S, ok & ~nonzero, _ZERO_OUTPUT)
         ok = ok & nonzero
-    status = solved._replace(ok=ok)
+    solved = solved._replace(ok=ok)
     if throw is True:
-        S = raise_if_failed(model, S, status)
+        S = raise_if_failed(model, S, solved)
     S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
-    return S, y, ok, status._replace(xs=None, ys=None)
+    return S, y, ok, status(solved)
 
 
 def _sensitivity_message(model, scale, out):
-    S, y, ok, status = out
-    if scale == "relative" and bool(status.ok) is False and bool(status.success):
-        if not bool(np.all(np.asarray(y) != 0)):
-            return (
-                "scale='relative' divides by the outputs, and an output is exactly zero at "
-                "some observation time (often at t0). Drop that time from `times`, or use "
-                "scale='none'."
-            )
-    return failure_message(model, status)
+    _, y, _, st = out
+    zero_output = not bool(np.all(np.asarray(y) != 0))
+    if scale == "relative" and not bool(st.ok) and bool(st.success) and zero_output:
+        return _ZERO_OUTPUT
+    return failure_message(model, st)
 
 
 @clean_errors(diagnose=solve_failure_point)

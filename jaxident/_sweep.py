@@ -155,7 +155,6 @@ def _default_ok(out) -> Array:
 # the entries hold the functions and their closures.
 _COMPILED: "collections.OrderedDict" = collections.OrderedDict()
 _MAX_COMPILED = 32
-COMPILE_COUNT = [0]  # compilations so far (read by the tests)
 
 
 def _signature(x) -> tuple:
@@ -191,9 +190,7 @@ def _compiled_for(fn, okfn, first):
     with no_throw():
         lowered = jax.jit(chunk).lower(arrays, first)
         compiled = lowered.compile()
-        out_shapes = jax.eval_shape(chunk, arrays, first)
-    COMPILE_COUNT[0] += 1
-    entry = (compiled, out_shapes, _LazyFingerprint(lowered))
+    entry = (compiled, lowered.out_info, _LazyFingerprint(lowered))
     if key is not None:
         _COMPILED[key] = entry
         while len(_COMPILED) > _MAX_COMPILED:
@@ -215,7 +212,7 @@ class _LazyFingerprint:
         return self._value
 
 
-def _samples_hash(leaves) -> str:
+def _arrays_hash(leaves) -> str:
     h = hashlib.sha256()
     for x in leaves:
         x = np.ascontiguousarray(x)
@@ -452,9 +449,9 @@ def sweep(
             "format": 2,
             "n": n,
             "batch_size": batch_size,
-            "samples_sha256": _samples_hash(leaves),
+            "samples_sha256": _arrays_hash(leaves),
             "program_sha256": hashlib.sha256(
-                (program() + _samples_hash(jax.tree.leaves(arrays))).encode()
+                (program() + _arrays_hash(jax.tree.leaves(arrays))).encode()
             ).hexdigest(),
             "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
             "jaxident": importlib.metadata.version("jaxident"),
