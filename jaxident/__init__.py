@@ -1,19 +1,8 @@
 import importlib.metadata
 
 from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
-from ._delay_jacobian import (
-    attractor_states as attractor_states,
-    delay_jacobian as delay_jacobian,
-    free_initial_state as free_initial_state,
-    InitialStateModel as InitialStateModel,
-)
-from ._estimate import (
-    Estimate as Estimate,
-    estimate as estimate,
-    OptaxLD as OptaxLD,
-    Profile as Profile,
-    profile as profile,
-)
+from ._delay_jacobian import attractor_states as attractor_states, delay_jacobian as delay_jacobian
+from ._estimate import Estimate as Estimate, estimate as estimate
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,
@@ -30,16 +19,17 @@ from ._identify._estimability import (
 from ._identify._lserc import (
     LSERC as LSERC,
     lserc as lserc,
+    LSERCResult as LSERCResult,
     Probe as Probe,
+)
+from ._identify._reduction import (
     reduce_parameters as reduce_parameters,
     Reduction as Reduction,
 )
-from ._identify._stepwise import (
+from ._identify._stepwise import one_by_one as one_by_one, set_by_set as set_by_set
+from ._identify._stepwise_result import (
     Evaluation as Evaluation,
-    MeasurementError as MeasurementError,
-    one_by_one as one_by_one,
     scaled_sensitivity as scaled_sensitivity,
-    set_by_set as set_by_set,
     StepwiseSelection as StepwiseSelection,
     worst_case_evaluations as worst_case_evaluations,
 )
@@ -61,6 +51,7 @@ from ._linalg._ranking import (
     Orthogonalization as Orthogonalization,
     SensitivityNorm as SensitivityNorm,
 )
+from ._measurements import MeasurementError as MeasurementError
 from ._model import (
     AbstractModel as AbstractModel,
     AbstractSensitivityMethod as AbstractSensitivityMethod,
@@ -88,13 +79,8 @@ from ._perturb import (
     Similarity as Similarity,
     SmallGapWarning as SmallGapWarning,
 )
-from ._reduce import (
-    fix_parameters as fix_parameters,
-    FixedAlgebraicModel as FixedAlgebraicModel,
-    FixedDAEModel as FixedDAEModel,
-    FixedODEModel as FixedODEModel,
-)
-from ._rom import POD as POD, pod_basis as pod_basis, pod_reduce as pod_reduce, PODModel as PODModel
+from ._profile import Profile as Profile, profile as profile
+from ._rom import POD as POD, pod_basis as pod_basis, pod_reduce as pod_reduce
 from ._sensitivity import (
     ld_sensitivity as ld_sensitivity,
     LSensitivity as LSensitivity,
@@ -103,7 +89,19 @@ from ._sensitivity import (
     sensitivity_matrix as sensitivity_matrix,
 )
 from ._simulate import simulate as simulate, Trajectory as Trajectory
+from ._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._sweep import latin_hypercube as latin_hypercube, sweep as sweep, SweepResult as SweepResult
+from ._transforms import (
+    AbstractTransformedModel as AbstractTransformedModel,
+    change_units as change_units,
+    fix_parameters as fix_parameters,
+    free_initial_state as free_initial_state,
+    InitialStateModel as InitialStateModel,
+    PODModel as PODModel,
+    ReparameterizedAlgebraicModel as ReparameterizedAlgebraicModel,
+    ReparameterizedDAEModel as ReparameterizedDAEModel,
+    ReparameterizedODEModel as ReparameterizedODEModel,
+)
 
 
 __version__ = importlib.metadata.version("jaxident")

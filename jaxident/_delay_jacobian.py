@@ -7,7 +7,6 @@ on an attractor to evaluate it at.
 
 from collections.abc import Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,118 +14,10 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import check_model, check_theta
 from ._context import clean_errors
-from ._model import Delegating, Integrator, ODEModel
-from ._parameters import Parameters
+from ._model import Integrator, ODEModel
 from ._sensitivity import sensitivity
 from ._simulate import simulate
-
-
-# --------------------------------------------------------------------------------------
-# The model with its initial state as parameters
-
-
-class InitialStateModel(Delegating, ODEModel):
-    """An `ODEModel` whose initial state is estimated along with its parameters: the
-    parameter vector is `w = (x(t0), p)`, states first. Made by `ji.free_initial_state`;
-    every analysis (`ji.sensitivity`, `ji.estimate`, `ji.profile`) applies unchanged."""
-
-    base: ODEModel
-    parameters: Parameters
-    t0: float | Array
-    n_states: int = eqx.field(static=True)
-
-    @property
-    def state_names(self):
-        return self.base.state_names
-
-    @property
-    def description(self):
-        return f"{type(self.base).__name__} with its initial state as parameters"
-
-    def _theta(self, theta):
-        return self.base.parameters.view(theta.values[self.n_states :])
-
-    def vector_field(self, t, x, theta):
-        return self.base.vector_field(t, x, self._theta(theta))
-
-    def initial_state(self, theta):
-        return self.base.restrict(theta.values[: self.n_states])
-
-    def lift(self, x):
-        return self.base.lift(x)
-
-    def restrict(self, y):
-        return self.base.restrict(y)
-
-    def output(self, t, x, theta):
-        return self.base.output(t, x, self._theta(theta))
-
-
-def _state_names(model: ODEModel, d: int) -> tuple[str, ...]:
-    names = model.state_names
-    if names is None or len(names) != d:
-        names = tuple(f"x{i + 1}" for i in range(d))
-    clash = set(names) & set(model.parameters.names)
-    if clash:
-        raise ValueError(
-            f"State names {sorted(clash)} are also parameter names; rename them "
-            "(state_names class attribute) so that w = (x, p) has unique labels."
-        )
-    return tuple(names)
-
-
-def free_initial_state(
-    model: ODEModel,
-    x0: ArrayLike | None = None,
-    *,
-    lower: ArrayLike | None = None,
-    upper: ArrayLike | None = None,
-    t0: float | None = None,
-) -> InitialStateModel:
-    """The model with its initial state turned into parameters, `w = (x(t0), p)`.
-
-    **Arguments:**
-
-    - `model`: an `ODEModel` whose state is a 1-D array.
-    - `x0`: the nominal initial state (default: the model's, at its nominal parameters).
-      For a reduced-order model this is the full-space state (`model.lift`), mapped to
-      the reduced one by `model.restrict`, so perturbations live in the full space.
-    - `lower`, `upper`: bounds of the states (default unbounded).
-    - `t0`: the initial time (default the model's).
-
-    **Returns:** an `InitialStateModel` with parameter names `state_names + parameter
-    names`, ready for `ji.estimate` (joint state and parameter estimation from an output
-    time series) and `ji.sensitivity` (the delay-coordinate Jacobian).
-
-    **Example:**
-
-    ```python
-    aug = ji.free_initial_state(ji.models.load("colpitts"))
-    aug.parameters.names   # ('x1', 'x2', 'x3', 'p1', 'p2', 'p3', 'p4')
-    ```
-    """
-    check_model(model)
-    if not isinstance(model, ODEModel):
-        raise TypeError(f"free_initial_state needs an ODEModel, got {type(model).__name__}.")
-    p = model.parameters
-    if x0 is None:
-        x0 = model.lift(model.initial_state(p.view(p.nominal)))
-    x0 = jnp.asarray(x0, dtype=float)
-    if x0.ndim != 1:
-        raise ValueError(f"The state must be a 1-D array, got shape {x0.shape}.")
-    d = x0.shape[0]
-    names = _state_names(model, d)
-    lo = jnp.full(d, -jnp.inf) if lower is None else jnp.broadcast_to(jnp.asarray(lower), (d,))
-    up = jnp.full(d, jnp.inf) if upper is None else jnp.broadcast_to(jnp.asarray(upper), (d,))
-    params = Parameters(
-        names + p.names,
-        jnp.concatenate([x0, p.nominal]),
-        jnp.concatenate([lo, p.lower]),
-        jnp.concatenate([up, p.upper]),
-    )
-    return InitialStateModel(
-        base=model, parameters=params, t0=model.t0 if t0 is None else t0, n_states=d
-    )
+from ._transforms import free_initial_state
 
 
 # --------------------------------------------------------------------------------------

@@ -166,23 +166,6 @@ class AbstractModel(eqx.Module):
     integrator: ClassVar[Integrator] = Integrator()
 
 
-class Delegating:
-    """Mixin for models that wrap another (`self.base`): the time grid, output names and
-    integrator are the wrapped model's."""
-
-    @property
-    def times(self):
-        return self.base.times
-
-    @property
-    def output_names(self):
-        return self.base.output_names
-
-    @property
-    def integrator(self) -> Integrator:
-        return self.base.integrator
-
-
 class ODEModel(AbstractModel):
     """An ODE model `x' = f(t, x, theta)`, `x(t0) = x0(theta)`, `y = h(t, x, theta)`.
 

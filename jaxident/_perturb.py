@@ -15,11 +15,11 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._checks import check_model, check_theta
 from ._context import clean_errors
-from ._delay_jacobian import free_initial_state
 from ._linalg._misc import matmul
 from ._linalg._sce import sce_estimate, similarity_index, wallis, worst_direction, WorstDirection
 from ._model import AbstractModel, DAEModel, Integrator, ODEModel
 from ._simulate import raise_if_failed, solve
+from ._transforms import free_initial_state
 
 
 def _response_fn(model, t, response, integrator, forward=False):

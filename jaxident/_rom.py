@@ -9,10 +9,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ._checks import check_model
-from ._linalg._misc import matmul
-from ._model import Delegating, Integrator, ODEModel
-from ._parameters import Parameters
+from ._model import Integrator, ODEModel
 from ._simulate import simulate
+from ._transforms import PODModel
 
 
 class POD(eqx.Module):
@@ -68,45 +67,6 @@ def pod_basis(snapshots: ArrayLike, k: int | None = None, *, energy: float | Non
     if not 1 <= k <= min(Y.shape):
         raise ValueError(f"k must lie in [1, {min(Y.shape)}], got {k}.")
     return POD(jnp.asarray(U[:, :k]), jnp.asarray(mean), jnp.asarray(s), float(cum[k - 1]))
-
-
-class PODModel(Delegating, ODEModel):
-    """A Galerkin-projected reduced-order model `y ~ basis @ y~ + mean`:
-    `y~' = basis^T f(t, basis y~ + mean, theta)`, `y~(t0) = basis^T (y0(theta) - mean)`,
-    output `h(t, basis y~ + mean, theta)`. Made by `ji.pod_reduce`; `lift` and `restrict`
-    map between the reduced and the full state, so perturbation analyses of the full and
-    the reduced model share the full-space perturbations and responses."""
-
-    base: ODEModel
-    basis: Float[Array, "n k"]
-    mean: Float[Array, " n"]
-
-    @property
-    def parameters(self) -> Parameters:
-        return self.base.parameters
-
-    @property
-    def t0(self):
-        return self.base.t0
-
-    @property
-    def description(self):
-        return f"{self.basis.shape[1]}-mode POD model of {type(self.base).__name__}"
-
-    def lift(self, x):
-        return matmul(self.basis, x) + self.mean
-
-    def restrict(self, y):
-        return matmul(self.basis.T, y - self.mean)
-
-    def vector_field(self, t, x, theta):
-        return matmul(self.basis.T, self.base.vector_field(t, self.lift(x), theta))
-
-    def initial_state(self, theta):
-        return self.restrict(self.base.lift(self.base.initial_state(theta)))
-
-    def output(self, t, x, theta):
-        return self.base.output(t, self.lift(x), theta)
 
 
 def pod_reduce(

@@ -58,12 +58,15 @@ def test_lserc_and_reduce_parameters_compile_once():
         m = ji.models.load("nonsmooth_dae_example")
         return m, m.parameters.nominal * (1.0 + 0.01 * i)
 
-    _twice(lambda i: lambda: ji.lserc(*model(i), twin=0.0, singular=0.0))
+    _twice(lambda i: lambda: ji.lserc(*model(i), method=ji.LSERC(twin=0.0, singular=0.0)))
     samples = jnp.asarray(np.random.default_rng(0).uniform(1.0, 1.1, (4, 4))) * model(0)[1]
     _twice(
         lambda i: (
             lambda: ji.reduce_parameters(
-                model(i)[0], samples * (1.0 + 0.01 * i), twin=0.0, singular=0.0, progress=False
+                model(i)[0],
+                samples * (1.0 + 0.01 * i),
+                method=ji.LSERC(twin=0.0, singular=0.0),
+                progress=False,
             )
         )
     )

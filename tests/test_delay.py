@@ -298,7 +298,7 @@ def test_histograms_and_plots(colpitts):
     counts, _, _ = res.histogram("correlation", ("p1", "p2"), bins=10)
     assert counts.sum() == 18
     for kind in ["singular", "basis", "uncertainty", "correlation"]:
-        fig = res.plot(kind, pairs=[("p1", "p2"), ("p3", "p4")])
+        fig = ji.plot.delay_histograms(res, kind, pairs=[("p1", "p2"), ("p3", "p4")])
         n = {"singular": 7, "basis": 7, "uncertainty": 7, "correlation": 2}[kind]
         assert sum(ax.get_visible() for ax in fig.axes) == n
     d = res.to_dict()

@@ -72,12 +72,16 @@ def test_example1_directions_paper():
     The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
     is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("nonsmooth_dae_example")
-    res = ji.lserc(m, m.THETA_STAR, directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
+    res = ji.lserc(
+        m, m.THETA_STAR, method=ji.LSERC(directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
+    )
     assert int(res.reference.rank[0]) == 2
     assert res.identifiable == ("theta1", "theta4")
     assert res.non_identifiable == ("theta2", "theta3")
     assert res.isolated == ("theta2",) and res.pairwise == {"theta3": ("theta4",)}
-    res = ji.lserc(m, m.THETA_STAR, directions=[[-1.0, 0, 0, 0]], twin=0, singular=0)
+    res = ji.lserc(
+        m, m.THETA_STAR, method=ji.LSERC(directions=[[-1.0, 0, 0, 0]], twin=0, singular=0)
+    )
     assert int(res.reference.rank[0]) == 1
     assert res.isolated == ("theta1", "theta2") and res.pairwise == {"theta3": ("theta4",)}
     # the L-SERC matrix itself: columns [t, 0, -2, 1] for d = e1
@@ -134,7 +138,7 @@ def test_wind_turbine_all_identifiable_and_estimation():
     The same assertions run in CI in notebooks/lserc_nonsmooth_dae.ipynb; this copy
     is for `pytest -m slow` runs without the notebooks."""
     m = ji.models.load("wind_turbine")
-    res = ji.lserc(m, twin=0, singular=0)
+    res = ji.lserc(m, method=ji.LSERC(twin=0, singular=0))
     assert res.identifiable == ("KQi", "KVi", "R", "X", "E") and res.identifiable_at_theta
     tight = ji.Integrator(rtol=1e-12, atol=1e-12)
     data = ji.simulate(m, integrator=tight).ys
@@ -143,7 +147,7 @@ def test_wind_turbine_all_identifiable_and_estimation():
     np.testing.assert_allclose(np.asarray(est.theta), [0.02, 0.02987], rtol=1e-4)
     # the step matters: at a steady state the control gains leave no trace in V
     still = eqx_replace(m, Q_cmd0=m.Q_cmd)
-    res = ji.lserc(still, directions=[np.eye(5)[2]], twin=0, singular=0)
+    res = ji.lserc(still, method=ji.LSERC(directions=[np.eye(5)[2]], twin=0, singular=0))
     assert {"KQi", "KVi"} & set(res.non_identifiable)
 
 
@@ -165,10 +169,10 @@ def test_ivgtt_reduction_over_25_samples():
 
 
 def test_lserc_graph_orders_lapack_calls():
-    from jaxident._identify._lserc import _lserc_jit, _probe_directions
+    from jaxident._identify._lserc import _lserc_jit, probe_directions
 
     m = ji.models.load("nonsmooth_dae_example")
-    D, _ = _probe_directions(4, None, 0.01, "next")
+    D, _ = probe_directions(4, ji.LSERC())
 
     def f(th):
         return _lserc_jit(
@@ -191,9 +195,9 @@ def test_lserc_graph_orders_lapack_calls():
 def test_bad_arguments():
     m = ji.models.load("nonsmooth_dae_example")
     with pytest.raises(ValueError, match="entries"):
-        ji.lserc(m, directions=[[1.0, 0.0]])
+        ji.lserc(m, method=ji.LSERC(directions=[[1.0, 0.0]]))
     with pytest.raises(ValueError, match="q must"):
-        ji.lserc(m, q=7)
+        ji.lserc(m, method=ji.LSERC(q=7))
     with pytest.raises(ValueError, match="key"):
         ji.reduce_parameters(m)
     with pytest.raises(ValueError, match="Did you mean"):

@@ -4,7 +4,7 @@
 import numpy as np
 
 import jaxident as ji
-from jaxident._identify._lserc import _probe_directions
+from jaxident._identify._lserc import probe_directions
 
 
 def test_hindmarsh_rose_short_delays_full_rank():
@@ -24,7 +24,7 @@ def test_hindmarsh_rose_short_delays_full_rank():
 def test_twin_directions_step_by_plus_epsilon():
     """Stage S2: each primary direction d is twinned by d + epsilon e_j, also for
     negative d (the paper's Algorithm 1)."""
-    D, kinds = _probe_directions(3, None, 0.01, "next")
+    D, kinds = probe_directions(3, ji.LSERC())
     primary = D[: kinds.count("primary")]
     twins = D[kinds.count("primary") :]
     for d, t in zip(primary, twins):
@@ -40,7 +40,7 @@ def test_singularity_probing_over_all_of_D_sing():
     only the first; Example 1 at theta* then confirms theta3 alone (Example 2's
     Theta_lni = {theta3})."""
     m = ji.models.load("nonsmooth_dae_example")
-    res = ji.lserc(m, m.THETA_STAR, twin=0.0)
+    res = ji.lserc(m, m.THETA_STAR, method=ji.LSERC(twin=0.0))
     deficient = int(np.sum(np.asarray(res.reference.rank) < 4))
     assert deficient == 8  # every +-e_i direction is rank deficient at theta*
     (level,) = res.probes

@@ -160,16 +160,16 @@ def test_fisher_test_is_unit_free():
     """The set-by-set Fisher test uses the noise-weighted columns in log-parameters,
     W = S diag(theta) / sigma: a parameter in other units (theta -> c theta,
     S -> S / c) or an output in other units (S, sigma -> d S, d sigma) give the same W."""
-    from jaxident._identify._stepwise import _scaled
+    from jaxident._identify._stepwise_result import scaled_columns
 
     rng = np.random.default_rng(5)
     S = rng.standard_normal((12, 4))
     theta = rng.uniform(0.5, 2.0, 4)
     sigma = rng.uniform(0.1, 1.0, 12)
-    W = np.asarray(_scaled(jnp.asarray(S), jnp.asarray(theta), jnp.asarray(sigma)))
+    W = np.asarray(scaled_columns(jnp.asarray(S), jnp.asarray(theta), jnp.asarray(sigma)))
     c = 10.0 ** rng.uniform(-6, 6, 4)
     d = 10.0 ** rng.uniform(-6, 6)
-    W2 = _scaled(jnp.asarray(d * S / c), jnp.asarray(theta * c), jnp.asarray(d * sigma))
+    W2 = scaled_columns(jnp.asarray(d * S / c), jnp.asarray(theta * c), jnp.asarray(d * sigma))
     np.testing.assert_allclose(W2, W, rtol=1e-12)
 
 
@@ -198,16 +198,38 @@ def test_lserc_wind_turbine_in_other_units():
     case gave rank 4 and 'KQi non-identifiable')."""
     base = ji.models.load("wind_turbine")
 
-    class MilliKVi(type(base)):
-        parameters: ji.Parameters = ji.Parameters(
-            ["KQi", "KVi", "R", "X", "E"], [0.1, 40_000.0, 0.02, 0.02987, 1.0164], rel=0.2
-        )
-
-        def differential(self, t, x, w, theta):
-            vals = theta.values.at[1].divide(1000.0)
-            return super().differential(t, x, w, self.parameters.view(vals))
-
-    for model in (base, MilliKVi()):
-        res = ji.lserc(model, twin=0.0, singular=0.0)
+    milli = ji.change_units(base, {"KVi": 1e-3})  # a DAE through the transform base
+    assert float(milli.parameters.nominal[1]) == pytest.approx(40_000.0)
+    for model in (base, milli):
+        res = ji.lserc(model, method=ji.LSERC(twin=0.0, singular=0.0))
         assert np.all(np.asarray(res.reference.rank) == 5)
         assert res.non_identifiable == ()
+
+
+def test_change_units_against_column_scaling():
+    """`ji.change_units`: nominal values and bounds divided by the unit, sensitivities
+    multiplied by it (chain rule, against the original model's matrix), the same
+    selection, and an estimate that is the original's divided by the unit."""
+    model = ji.models.load("svir")
+    u = np.array([1e-3, 1.0, 1e4, 1.0])
+    names = model.parameters.names
+    other = ji.change_units(model, dict(zip(names, u)))
+    np.testing.assert_allclose(other.parameters.nominal, model.parameters.nominal / u)
+    np.testing.assert_allclose(other.parameters.upper, model.parameters.upper / u)
+    S = np.asarray(ji.sensitivity_matrix(model))
+    S2 = np.asarray(ji.sensitivity_matrix(other))
+    np.testing.assert_allclose(S2, S * u, rtol=1e-9, atol=1e-12 * np.abs(S).max())
+    assert (
+        # the same split; the order of selection follows the column norms, which change
+        set(ji.select_parameters(S2, names).identifiable)
+        == set(ji.select_parameters(S, names).identifiable)
+    )
+    data = ji.simulate(model).ys
+    start = model.parameters.nominal * 1.1
+    est = ji.estimate(model, data, theta0=start)
+    est2 = ji.estimate(other, data, theta0=start / u)
+    np.testing.assert_allclose(est2.theta * u, est.theta, rtol=1e-6)
+    with pytest.raises(ValueError, match="positive"):
+        ji.change_units(model, {"beta": -1.0})
+    with pytest.raises(ValueError, match="Unknown parameter"):
+        ji.change_units(model, {"betta": 2.0})

@@ -13,12 +13,13 @@ from jaxtyping import Array, ArrayLike
 
 from .._checks import check_model, check_theta
 from .._context import clean_errors
-from .._delay_jacobian import _check_delay, free_initial_state
+from .._delay_jacobian import _check_delay
 from .._forward import accuracy
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
 from .._model import Integrator, ODEModel
 from .._sensitivity import sensitivity
 from .._sweep import sweep
+from .._transforms import free_initial_state
 from ._estimability import (
     _candidate_indices,
     _combos,
@@ -203,13 +204,6 @@ class DelayEstimability(eqx.Module):
         if kind == "basis":
             out = np.where(self.nullities == self.nullity, out, np.nan)
         return out
-
-    def plot(self, kind: str = "singular", *, column: int = 0, pairs=None, bins: int = 50):
-        """Colour-coded histograms over the delays, one panel per quantity (the paper's
-        Figs. 3-5 and 10-16). Returns the matplotlib figure."""
-        from ..plot import delay_histograms
-
-        return delay_histograms(self, kind, column=column, pairs=pairs, bins=bins)
 
     def to_dict(self) -> dict:
         return {

@@ -25,10 +25,8 @@ from .._linalg._rank import (
 )
 from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
-from .._reduce import fix_parameters
 from .._sensitivity import directions_matrix
 from .._simulate import failure_message, raise_if_failed, solve, status
-from .._sweep import latin_hypercube, sweep
 
 
 class Probe(eqx.Module):
@@ -58,7 +56,8 @@ class Probe(eqx.Module):
         return jnp.any(self.partners & self.ok[..., :, None, None], axis=-3)
 
 
-def _probe_directions(p: int, directions, twin: float, twin_partners: str):
+def probe_directions(p: int, method: "LSERC"):
+    directions, twin, twin_partners = method.directions, method.twin, method.twin_partners
     if directions is None:
         eye = np.eye(p)
         primary = np.concatenate([eye, -eye], axis=0)
@@ -127,7 +126,7 @@ def _singularity_points(theta, null_sum, deficient, active, singular):
     return pts.reshape(-1, p), act.reshape(-1)
 
 
-def _lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q):
+def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q):
     """The probe at `theta` and, level by level (`q` levels), the probes at the
     singularity-probing points of every rank-deficient direction: each level is one
     vmapped probe, so the compiled size does not grow with the number of directions."""
@@ -150,7 +149,7 @@ def _lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singula
     return probe, tuple(probes), tuple(active), solved
 
 
-class LSERC(eqx.Module):
+class LSERCResult(eqx.Module):
     """The result of the L-SERC test (Algorithm 1 of Abdelfattah et al. 2024) at a
     parameter point.
 
@@ -259,7 +258,7 @@ class LSERC(eqx.Module):
 
     def __repr__(self) -> str:
         if self.reference.rank.ndim != 1:
-            return f"LSERC(batch of {self.reference.rank.shape[0]})"
+            return f"LSERCResult(batch of {self.reference.rank.shape[0]})"
         r = np.asarray(self.reference.rank)
         lines = [
             f"L-SERC test, {len(self.kinds)} directions "
@@ -286,7 +285,7 @@ class LSERC(eqx.Module):
 
 @eqx.filter_jit
 def _lserc_jit(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q, throw):
-    ref, probes, active, solved = _lserc_tree(
+    ref, probes, active, solved = lserc_tree(
         model, theta, times, D, integrator, rank_rule, rref_tol, singular, q
     )
     ok0 = jax.tree.map(lambda x: x[0], solved)
@@ -320,48 +319,19 @@ def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
         )
 
 
-def _check_common(model, rank, twin, singular, q, twin_partners, rref_tol):
-    check_model(model)
-    if not isinstance(rank, AbstractRankRule):
-        raise TypeError(f"rank must be a rank rule such as RelativeTolerance(1e-9), got {rank!r}.")
-    if not (twin >= 0 and singular >= 0):
-        raise ValueError("twin and singular (epsilon_twin, epsilon_sing) must be >= 0.")
-    if not isinstance(q, int) or q < 0 or q > 3:
-        raise ValueError(f"q must be an integer in [0, 3], got {q!r}.")
-    if twin_partners not in ("next", "all"):
-        raise ValueError(f"twin_partners must be 'next' or 'all', got {twin_partners!r}.")
-    if not rref_tol > 0:
-        raise ValueError(f"rref_tol must be positive, got {rref_tol}.")
+def _rows(directions) -> tuple[tuple[float, ...], ...] | None:
+    """Probing directions as a hashable tuple of rows (the settings are static)."""
+    if directions is None:
+        return None
+    return tuple(tuple(map(float, d)) for d in np.atleast_2d(np.asarray(directions, float)))
 
 
-@clean_errors
-def lserc(
-    model: AbstractModel,
-    theta: ArrayLike | dict | Sequence | None = None,
-    times: ArrayLike | Sequence | None = None,
-    *,
-    directions: ArrayLike | Sequence | None = None,
-    twin: float = 0.01,
-    twin_partners: str = "next",
-    singular: float = 0.01,
-    q: int = 1,
-    rank: AbstractRankRule = RelativeTolerance(),
-    rref_tol: float = 1e-8,
-    integrator: Integrator | None = None,
-    throw: bool | None = None,
-) -> LSERC:
-    """The L-SERC identifiability test, Algorithm 1 of Abdelfattah, Stechlinski & Eisa
-    (2024): for smooth or nonsmooth ODE and DAE models; for smooth ones it is the SERC
-    test of Stigter & Molenaar.
-
-    For each probing direction `d` the L-SERC matrix `Upsilon_d` (the L-sensitivities
-    with `M = [d I]`, eq. 12) is built; where its rank is below `p`, the pivot columns of
-    `rref(V_r^T)` (eqs. 14-15, 22-23) are the locally non-identifiable parameters, each
-    isolated or pairwise with the other nonzeros of its row.
+class LSERC(eqx.Module):
+    """The settings of the L-SERC test (Algorithm 1 of Abdelfattah, Stechlinski & Eisa
+    2024), for `ji.lserc(..., method=LSERC(...))` and `ji.reduce_parameters`.
 
     **Arguments:**
 
-    - `model`, `theta` (default nominal), `times` (default `model.times`).
     - `directions`: primary probing directions, an `(m, p)` array (default `+-e_i`).
     - `twin`: `epsilon_twin`; each primary direction also probes `d + epsilon e_j`
       (stage S2, against false positives at kinks). 0 disables.
@@ -374,23 +344,79 @@ def lserc(
       on the column-equilibrated matrix (unit-free); the default `RelativeTolerance()`
       asks for no more digits than the sensitivities have (`10 rtol` of the integrator).
     - `rref_tol`: relative tolerance for nonzero entries of `rref(V_r^T)`.
+    """
 
-    **Returns:** an `LSERC` result.
+    directions: tuple[tuple[float, ...], ...] | None = eqx.field(
+        default=None, static=True, converter=_rows
+    )
+    twin: float = 0.01
+    twin_partners: str = "next"
+    singular: float = 0.01
+    q: int = 1
+    rank: AbstractRankRule = RelativeTolerance()
+    rref_tol: float = 1e-8
+
+    def __check_init__(self):
+        if not isinstance(self.rank, AbstractRankRule):
+            raise TypeError(
+                f"rank must be a rank rule such as RelativeTolerance(1e-9), got {self.rank!r}."
+            )
+        if not (self.twin >= 0 and self.singular >= 0):
+            raise ValueError("twin and singular (epsilon_twin, epsilon_sing) must be >= 0.")
+        if not isinstance(self.q, int) or self.q < 0 or self.q > 3:
+            raise ValueError(f"q must be an integer in [0, 3], got {self.q!r}.")
+        if self.twin_partners not in ("next", "all"):
+            raise ValueError(f"twin_partners must be 'next' or 'all', got {self.twin_partners!r}.")
+        if not self.rref_tol > 0:
+            raise ValueError(f"rref_tol must be positive, got {self.rref_tol}.")
+
+
+def check_method(model, method) -> None:
+    check_model(model)
+    if not isinstance(method, LSERC):
+        raise TypeError(f"method must be a ji.LSERC(...) configuration, got {method!r}.")
+
+
+@clean_errors
+def lserc(
+    model: AbstractModel,
+    theta: ArrayLike | dict | Sequence | None = None,
+    times: ArrayLike | Sequence | None = None,
+    *,
+    method: LSERC = LSERC(),
+    integrator: Integrator | None = None,
+    throw: bool | None = None,
+) -> LSERCResult:
+    """The L-SERC identifiability test, Algorithm 1 of Abdelfattah, Stechlinski & Eisa
+    (2024): for smooth or nonsmooth ODE and DAE models; for smooth ones it is the SERC
+    test of Stigter & Molenaar.
+
+    For each probing direction `d` the L-SERC matrix `Upsilon_d` (the L-sensitivities
+    with `M = [d I]`, eq. 12) is built; where its rank is below `p`, the pivot columns of
+    `rref(V_r^T)` (eqs. 14-15, 22-23) are the locally non-identifiable parameters, each
+    isolated or pairwise with the other nonzeros of its row.
+
+    **Arguments:** `model`, `theta` (default nominal), `times` (default `model.times`),
+    `method` (a `ji.LSERC` with the probing directions, twin and singularity probing,
+    rank rule and rref tolerance), `integrator`, `throw`.
+
+    **Returns:** an `LSERCResult`.
 
     **Example:**
 
     ```python
     m = ji.models.load("nonsmooth_dae_example")
-    res = ji.lserc(m, m.THETA_STAR, directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
+    primary = ji.LSERC(directions=[[1.0, 0, 0, 0]], twin=0, singular=0)
+    res = ji.lserc(m, m.THETA_STAR, method=primary)
     res.non_identifiable, res.pairwise   # ('theta2', 'theta3'), {'theta3': ('theta4',)}
     ```
     """
-    _check_common(model, rank, twin, singular, q, twin_partners, rref_tol)
+    check_method(model, method)
     theta = check_theta(model, theta)
     times = check_times(model, times)
-    D, kinds = _probe_directions(model.parameters.p, directions, twin, twin_partners)
+    D, kinds = probe_directions(model.parameters.p, method)
     integrator = model.integrator if integrator is None else integrator
-    rank = with_accuracy(rank, accuracy(model, integrator, theta.dtype))
+    rank = with_accuracy(method.rank, accuracy(model, integrator, theta.dtype))
     ref, probes, active, _ = run_kernel(
         _lserc_jit,
         model,
@@ -399,233 +425,19 @@ def lserc(
         jnp.asarray(D),
         integrator,
         rank,
-        rref_tol,
-        float(singular),
-        q,
+        method.rref_tol,
+        float(method.singular),
+        method.q,
         throw=resolve_throw(throw),
         message=lambda out: failure_message(model, out[3]),
     )
     _warn_near_threshold(rank, ref, model.parameters.p, kinds)
-    return LSERC(
+    return LSERCResult(
         names=model.parameters.names,
         reference=ref,
         probes=probes,
         probes_active=active,
         kinds=kinds,
         rank_rule=rank,
-        rref_tol=rref_tol,
-    )
-
-
-class Reduction(eqx.Module):
-    """The result of parameter reduction over samples (Algorithm 2 of Abdelfattah et al.
-    2024).
-
-    **Fields:**
-
-    - `names`: parameter names.
-    - `counts`: per parameter, in how many successful samples it was judged locally
-      non-identifiable.
-    - `n_samples`, `n_failed`: samples tested and samples whose solve failed (these are
-      left out of the counts).
-    - `samples`: the parameter samples; `mask`: `(n, p)` per-sample non-identifiable
-      masks; `ok`: per-sample success.
-    - `fixed`: `{name: value}` for the non-locally non-identifiable parameters, at the
-      sample mean (or the chosen value).
-    - `reduced_model`: the model with those parameters fixed.
-
-    **Properties:** `non_identifiable` (judged non-identifiable in every successful
-    sample: Theta_lni of the paper), `identifiable` (the rest, Theta_nli).
-    """
-
-    names: tuple[str, ...] = eqx.field(static=True)
-    counts: np.ndarray
-    n_samples: int = eqx.field(static=True)
-    n_failed: int = eqx.field(static=True)
-    samples: np.ndarray
-    mask: np.ndarray
-    ok: np.ndarray
-    fixed: dict
-    reduced_model: AbstractModel | None
-
-    @property
-    def non_identifiable(self) -> tuple[str, ...]:
-        n_ok = self.n_samples - self.n_failed
-        return tuple(n for n, c in zip(self.names, self.counts) if n_ok > 0 and c == n_ok)
-
-    @property
-    def identifiable(self) -> tuple[str, ...]:
-        bad = set(self.non_identifiable)
-        return tuple(n for n in self.names if n not in bad)
-
-    def to_dict(self) -> dict:
-        return {
-            "counts": dict(zip(self.names, (int(c) for c in self.counts))),
-            "n_samples": self.n_samples,
-            "n_failed": self.n_failed,
-            "non_identifiable": list(self.non_identifiable),
-            "identifiable": list(self.identifiable),
-            "fixed": {k: float(v) for k, v in self.fixed.items()},
-        }
-
-    def __repr__(self) -> str:
-        n_ok = self.n_samples - self.n_failed
-        w = max(len(n) for n in self.names)
-        lines = [
-            f"Parameter reduction over {self.n_samples} samples ({self.n_failed} failed):",
-        ]
-        for n, c in zip(self.names, self.counts):
-            lines.append(f"  {n:<{w}}  locally non-identifiable in {int(c):>4d} / {n_ok}")
-        lines.append(f"  non-identifiable (fixed): {', '.join(self.non_identifiable) or '(none)'}")
-        if self.fixed:
-            lines.append(
-                "  fixed at: " + ", ".join(f"{k} = {v:.6g}" for k, v in self.fixed.items())
-            )
-        lines.append(f"  identifiable (kept)     : {', '.join(self.identifiable)}")
-        return "\n".join(lines)
-
-
-class _ReductionSample(eqx.Module):
-    """Algorithm 1 at one sample, as `reduce_parameters` sweeps it: a module rather than a
-    closure, so that a second reduction with the same model structure and shapes reuses
-    the compiled sweep (its arrays are arguments of the compiled chunk)."""
-
-    model: AbstractModel
-    times: Array
-    D: Array
-    integrator: Integrator
-    rank: AbstractRankRule
-    rref_tol: float
-    singular: float
-    q: int
-    count: str
-
-    def __call__(self, theta):
-        ref, probes, active, _ = _lserc_tree(
-            self.model,
-            theta,
-            self.times,
-            self.D,
-            self.integrator,
-            self.rank,
-            self.rref_tol,
-            self.singular,
-            self.q,
-        )
-        mask = ref.non_identifiable
-        if self.count == "confirmed":
-            for pr, act in zip(probes, active):
-                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
-        return mask, jnp.all(ref.ok)
-
-
-def _solved(out):
-    return out[1]
-
-
-@clean_errors
-def reduce_parameters(
-    model: AbstractModel,
-    samples: ArrayLike | Sequence | None = None,
-    *,
-    key=None,
-    n: int = 25,
-    box=None,
-    fix_at: str | dict = "mean",
-    count: str = "reference",
-    batch_size: int = 32,
-    progress: bool = True,
-    directions: ArrayLike | Sequence | None = None,
-    twin: float = 0.01,
-    twin_partners: str = "next",
-    singular: float = 0.01,
-    q: int = 1,
-    rank: AbstractRankRule = RelativeTolerance(),
-    rref_tol: float = 1e-8,
-    times: ArrayLike | Sequence | None = None,
-    integrator: Integrator | None = None,
-) -> Reduction:
-    """Parameter reduction by repeated L-SERC tests, Algorithm 2 of Abdelfattah et al.
-    (2024).
-
-    Algorithm 1 is run at every sample (one vmapped, chunked sweep); a parameter judged
-    locally non-identifiable at every sample is non-locally non-identifiable and is
-    fixed, giving the reduced model.
-
-    **Arguments:**
-
-    - `model`: the model.
-    - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
-      default the model's bounds) for Latin-hypercube samples.
-    - `fix_at`: `"mean"` (the sample mean of each fixed parameter, the paper's choice),
-      `"nominal"`, or a `{name: value}` dict.
-    - `count`: `"reference"` counts the non-identifiable set at each sample (the paper);
-      `"confirmed"` only those confirmed by the singularity probes.
-    - `batch_size`, `progress`: for the sweep.
-    - The remaining arguments are those of `ji.lserc` (defaults as in the paper:
-      directions `+-e_i`, `epsilon_twin = epsilon_sing = 0.01`, `q = 1`).
-
-    **Returns:** a `Reduction`, with `reduced_model`.
-
-    **Example:**
-
-    ```python
-    red = ji.reduce_parameters(model, key=jax.random.key(0), n=25)
-    red.non_identifiable, red.reduced_model.parameters.names
-    ```
-    """
-    _check_common(model, rank, twin, singular, q, twin_partners, rref_tol)
-    p = model.parameters.p
-    if samples is None:
-        if key is None:
-            raise ValueError("Give samples, or a key for Latin-hypercube samples.")
-        samples = latin_hypercube(key, model.parameters if box is None else box, n)
-    samples = jnp.asarray(samples, dtype=float)
-    if samples.ndim != 2 or samples.shape[1] != p:
-        raise ValueError(f"samples must have shape (n, {p}), got {samples.shape}.")
-    if count not in ("reference", "confirmed"):
-        raise ValueError(f"count must be 'reference' or 'confirmed', got {count!r}.")
-    times = check_times(model, times)
-    D, _ = _probe_directions(p, directions, twin, twin_partners)
-    D = jnp.asarray(D)
-    integrator = model.integrator if integrator is None else integrator
-    rank = with_accuracy(rank, accuracy(model, integrator, samples.dtype))
-
-    one = _ReductionSample(model, times, D, integrator, rank, rref_tol, float(singular), q, count)
-    res = sweep(
-        one,
-        samples,
-        batch_size=batch_size,
-        progress=progress,
-        ok=_solved,
-        desc=f"L-SERC at {samples.shape[0]} samples",
-    )
-    mask = np.asarray(res.values[0], bool)
-    ok = np.asarray(res.ok, bool)
-    counts = mask[ok].sum(axis=0)
-    names = model.parameters.names
-    n_ok = int(ok.sum())
-    lni = [nm for nm, c in zip(names, counts) if n_ok > 0 and c == n_ok]
-    if isinstance(fix_at, dict):
-        fixed = {k: float(v) for k, v in fix_at.items()}
-    elif fix_at == "mean":
-        means = (
-            np.asarray(samples)[ok].mean(axis=0) if n_ok else np.asarray(model.parameters.nominal)
-        )
-        fixed = {nm: float(means[names.index(nm)]) for nm in lni}
-    elif fix_at == "nominal":
-        fixed = {nm: float(model.parameters.nominal[names.index(nm)]) for nm in lni}
-    else:
-        raise ValueError(f"fix_at must be 'mean', 'nominal' or a dict, got {fix_at!r}.")
-    reduced = fix_parameters(model, fixed) if fixed and len(fixed) < p else None
-    return Reduction(
-        names=names,
-        counts=counts,
-        n_samples=int(samples.shape[0]),
-        n_failed=int((~ok).sum()),
-        samples=np.asarray(samples),
-        mask=mask,
-        ok=ok,
-        fixed=fixed,
-        reduced_model=reduced,
+        rref_tol=method.rref_tol,
     )

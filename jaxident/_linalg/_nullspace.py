@@ -43,16 +43,16 @@ class NullSpace(eqx.Module):
         return V / jnp.linalg.norm(V, axis=-2, keepdims=True)
 
 
-def null_space(S: Float[Array, "n p"], rule: AbstractRankRule) -> NullSpace:
+def null_space(S: Float[Array, "n p"], rank: AbstractRankRule) -> NullSpace:
     """The right null space of `S` from the SVD of its column-equilibrated form
-    `S C^{-1}` (unit column norms), the rank decided by `rule` (paper eqs. 14-15) on
+    `S C^{-1}` (unit column norms), the rank decided by `rank` (paper eqs. 14-15) on
     those singular values, so that no change of units of a parameter changes it.
     Jittable and vmappable."""
     n, p = S.shape
     S_eq, c = equilibrate(S)
     R = reduce_to_square(S_eq)
     _, sigma, vt = jnp.linalg.svd(R, full_matrices=True)
-    k = rule(sigma, (n, p))
+    k = rank(sigma, (n, p))
     mask = jnp.arange(p, dtype=jnp.int32) >= k
     return NullSpace(singular_values=sigma, rank=k, basis=vt.T, scale=c, mask=mask)
 

@@ -132,13 +132,13 @@ class LargestGap(AbstractRankRule):
         return f"largest gap sigma_k/sigma_(k+1) (min_gap={self.min_gap:g})"
 
 
-def numerical_rank(S: ArrayLike, rule: AbstractRankRule = RelativeTolerance()) -> Int[Array, ""]:
-    """Numerical rank of `S` under `rule` (default: relative tolerance `max(n,p)*eps`).
+def numerical_rank(S: ArrayLike, rank: AbstractRankRule = RelativeTolerance()) -> Int[Array, ""]:
+    """Numerical rank of `S` under `rank` (default: relative tolerance `max(n,p)*eps`).
 
     **Arguments:**
 
     - `S`: an `(n, p)` matrix.
-    - `rule`: a rank rule, e.g. `RelativeTolerance(1e-8)`, `AbsoluteTolerance(1e-6)` or
+    - `rank`: a rank rule, e.g. `RelativeTolerance(1e-8)`, `AbsoluteTolerance(1e-6)` or
       `LargestGap()`.
 
     **Returns:** the rank as a scalar integer array (jittable and vmappable).
@@ -153,7 +153,7 @@ def numerical_rank(S: ArrayLike, rule: AbstractRankRule = RelativeTolerance()) -
     if S.ndim != 2:
         raise ValueError(f"numerical_rank needs a 2-D matrix, got shape {S.shape}.")
     warn_if_low_precision(S)
-    return rule(svdvals(reduce_to_square(S)), S.shape)
+    return rank(svdvals(reduce_to_square(S)), S.shape)
 
 
 def with_accuracy(rule: AbstractRankRule, accuracy: float | None) -> AbstractRankRule:

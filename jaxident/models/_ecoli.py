@@ -479,8 +479,8 @@ class EcoliChassagnole(ODEModel):
         function a selection compiles anyway, so the problem costs no extra
         compilation.
         """
-        from .._reduce import fix_parameters
         from .._sensitivity import sensitivity
+        from .._transforms import fix_parameters
 
         key = jax.random.key(2013) if key is None else key
         names = self.parameters.names

@@ -1,0 +1,228 @@
+"""Parameter reduction over Latin-hypercube samples (Algorithm 2 of Abdelfattah,
+Stechlinski & Eisa 2024): L-SERC at every sample, the parameters non-identifiable in
+most samples fixed at their mean, the rest re-estimated."""
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from .._checks import check_times
+from .._context import clean_errors
+from .._forward import accuracy
+from .._linalg._rank import AbstractRankRule, with_accuracy
+from .._model import AbstractModel, Integrator
+from .._sweep import latin_hypercube, sweep
+from .._transforms import fix_parameters
+from ._lserc import check_method, LSERC, lserc_tree, probe_directions
+
+
+class Reduction(eqx.Module):
+    """The result of parameter reduction over samples (Algorithm 2 of Abdelfattah et al.
+    2024).
+
+    **Fields:**
+
+    - `names`: parameter names.
+    - `counts`: per parameter, in how many successful samples it was judged locally
+      non-identifiable.
+    - `n_samples`, `n_failed`: samples tested and samples whose solve failed (these are
+      left out of the counts).
+    - `samples`: the parameter samples; `mask`: `(n, p)` per-sample non-identifiable
+      masks; `ok`: per-sample success.
+    - `fixed`: `{name: value}` for the non-locally non-identifiable parameters, at the
+      sample mean (or the chosen value).
+    - `reduced_model`: the model with those parameters fixed.
+
+    **Properties:** `non_identifiable` (judged non-identifiable in every successful
+    sample: Theta_lni of the paper), `identifiable` (the rest, Theta_nli).
+    """
+
+    names: tuple[str, ...] = eqx.field(static=True)
+    counts: np.ndarray
+    n_samples: int = eqx.field(static=True)
+    n_failed: int = eqx.field(static=True)
+    samples: np.ndarray
+    mask: np.ndarray
+    ok: np.ndarray
+    fixed: dict
+    reduced_model: AbstractModel | None
+
+    @property
+    def non_identifiable(self) -> tuple[str, ...]:
+        n_ok = self.n_samples - self.n_failed
+        return tuple(n for n, c in zip(self.names, self.counts) if n_ok > 0 and c == n_ok)
+
+    @property
+    def identifiable(self) -> tuple[str, ...]:
+        bad = set(self.non_identifiable)
+        return tuple(n for n in self.names if n not in bad)
+
+    def to_dict(self) -> dict:
+        return {
+            "counts": dict(zip(self.names, (int(c) for c in self.counts))),
+            "n_samples": self.n_samples,
+            "n_failed": self.n_failed,
+            "non_identifiable": list(self.non_identifiable),
+            "identifiable": list(self.identifiable),
+            "fixed": {k: float(v) for k, v in self.fixed.items()},
+        }
+
+    def __repr__(self) -> str:
+        n_ok = self.n_samples - self.n_failed
+        w = max(len(n) for n in self.names)
+        lines = [
+            f"Parameter reduction over {self.n_samples} samples ({self.n_failed} failed):",
+        ]
+        for n, c in zip(self.names, self.counts):
+            lines.append(f"  {n:<{w}}  locally non-identifiable in {int(c):>4d} / {n_ok}")
+        lines.append(f"  non-identifiable (fixed): {', '.join(self.non_identifiable) or '(none)'}")
+        if self.fixed:
+            lines.append(
+                "  fixed at: " + ", ".join(f"{k} = {v:.6g}" for k, v in self.fixed.items())
+            )
+        lines.append(f"  identifiable (kept)     : {', '.join(self.identifiable)}")
+        return "\n".join(lines)
+
+
+class _ReductionSample(eqx.Module):
+    """Algorithm 1 at one sample, as `reduce_parameters` sweeps it: a module rather than a
+    closure, so that a second reduction with the same model structure and shapes reuses
+    the compiled sweep (its arrays are arguments of the compiled chunk)."""
+
+    model: AbstractModel
+    times: Array
+    D: Array
+    integrator: Integrator
+    rank: AbstractRankRule
+    rref_tol: float
+    singular: float
+    q: int
+    confirmed: bool = eqx.field(static=True)
+
+    def __call__(self, theta):
+        ref, probes, active, _ = lserc_tree(
+            self.model,
+            theta,
+            self.times,
+            self.D,
+            self.integrator,
+            self.rank,
+            self.rref_tol,
+            self.singular,
+            self.q,
+        )
+        mask = ref.non_identifiable
+        if self.confirmed:
+            for pr, act in zip(probes, active):
+                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
+        return mask, jnp.all(ref.ok)
+
+
+def _solved(out):
+    return out[1]
+
+
+@clean_errors
+def reduce_parameters(
+    model: AbstractModel,
+    samples: ArrayLike | Sequence | None = None,
+    *,
+    key=None,
+    n: int = 25,
+    box=None,
+    fix_at: str | dict = "mean",
+    confirmed: bool = False,
+    method: LSERC = LSERC(),
+    batch_size: int = 32,
+    progress: bool = True,
+    times: ArrayLike | Sequence | None = None,
+    integrator: Integrator | None = None,
+) -> Reduction:
+    """Parameter reduction by repeated L-SERC tests, Algorithm 2 of Abdelfattah et al.
+    (2024).
+
+    Algorithm 1 is run at every sample (one vmapped, chunked sweep); a parameter judged
+    locally non-identifiable at every sample is non-locally non-identifiable and is
+    fixed, giving the reduced model.
+
+    **Arguments:**
+
+    - `model`: the model.
+    - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
+      default the model's bounds) for Latin-hypercube samples.
+    - `fix_at`: `"mean"` (the sample mean of each fixed parameter, the paper's choice),
+      `"nominal"`, or a `{name: value}` dict.
+    - `confirmed`: count at each sample only the non-identifiable parameters that the
+      singularity probes confirm (default `False`: the whole non-identifiable set at
+      the sample, as in the paper).
+    - `method`: the L-SERC settings, a `ji.LSERC` (defaults as in the paper: directions
+      `+-e_i`, `epsilon_twin = epsilon_sing = 0.01`, `q = 1`).
+    - `batch_size`, `progress`: for the sweep.
+
+    **Returns:** a `Reduction`, with `reduced_model`.
+
+    **Example:**
+
+    ```python
+    red = ji.reduce_parameters(model, key=jax.random.key(0), n=25)
+    red.non_identifiable, red.reduced_model.parameters.names
+    ```
+    """
+    check_method(model, method)
+    p = model.parameters.p
+    if samples is None:
+        if key is None:
+            raise ValueError("Give samples, or a key for Latin-hypercube samples.")
+        samples = latin_hypercube(key, model.parameters if box is None else box, n)
+    samples = jnp.asarray(samples, dtype=float)
+    if samples.ndim != 2 or samples.shape[1] != p:
+        raise ValueError(f"samples must have shape (n, {p}), got {samples.shape}.")
+    times = check_times(model, times)
+    D, _ = probe_directions(p, method)
+    D = jnp.asarray(D)
+    integrator = model.integrator if integrator is None else integrator
+    rank = with_accuracy(method.rank, accuracy(model, integrator, samples.dtype))
+    one = _ReductionSample(
+        model, times, D, integrator, rank, method.rref_tol, float(method.singular), method.q,
+        bool(confirmed),
+    )  # fmt: skip
+    res = sweep(
+        one,
+        samples,
+        batch_size=batch_size,
+        progress=progress,
+        ok=_solved,
+        desc=f"L-SERC at {samples.shape[0]} samples",
+    )
+    mask = np.asarray(res.values[0], bool)
+    ok = np.asarray(res.ok, bool)
+    counts = mask[ok].sum(axis=0)
+    names = model.parameters.names
+    n_ok = int(ok.sum())
+    lni = [nm for nm, c in zip(names, counts) if n_ok > 0 and c == n_ok]
+    if isinstance(fix_at, dict):
+        fixed = {k: float(v) for k, v in fix_at.items()}
+    elif fix_at == "mean":
+        means = (
+            np.asarray(samples)[ok].mean(axis=0) if n_ok else np.asarray(model.parameters.nominal)
+        )
+        fixed = {nm: float(means[names.index(nm)]) for nm in lni}
+    elif fix_at == "nominal":
+        fixed = {nm: float(model.parameters.nominal[names.index(nm)]) for nm in lni}
+    else:
+        raise ValueError(f"fix_at must be 'mean', 'nominal' or a dict, got {fix_at!r}.")
+    reduced = fix_parameters(model, fixed) if fixed and len(fixed) < p else None
+    return Reduction(
+        names=names,
+        counts=counts,
+        n_samples=int(samples.shape[0]),
+        n_failed=int((~ok).sum()),
+        samples=np.asarray(samples),
+        mask=mask,
+        ok=ok,
+        fixed=fixed,
+        reduced_model=reduced,
+    )

@@ -1,0 +1,209 @@
+"""The results of stepwise selection and the compiled Fisher-matrix pieces its loop
+calls: the ranking on the scaled sensitivities, the invertibility test and the relative
+standard deviations (Alberton et al. 2013, eqs. 1-5)."""
+
+import math
+from typing import NamedTuple
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._linalg._misc import svdvals
+
+
+def worst_case_evaluations(n: int) -> dict[str, int]:
+    """The largest number of evaluations (identifiability tests or re-estimations) that
+    selecting among `n` parameters can need (Alberton et al. 2013, eqs. 4 and 5), as
+    the paper evaluates them (961 parameters: 8,588 and 461,281):
+
+    - set-by-set: `1 + sum_{m=2}^{n} ceil(log2 m)`, one parameter included per round
+      after halving the candidate set down to one;
+    - one-by-one: `1 + sum_{m=2}^{n} (m - 1)`, one parameter included per round after
+      every other remaining parameter failed.
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}.")
+    n = int(n)
+    bs = 1 + sum(math.ceil(math.log2(m)) for m in range(2, n + 1))
+    cp = 1 + n * (n - 1) // 2
+    return {"set_by_set": bs, "one_by_one": cp}
+
+
+class Evaluation(NamedTuple):
+    """One evaluation of a stepwise selection: a candidate set was tested (and, with
+    re-estimation, re-estimated).
+
+    - `added`: the parameters tried on top of the selection so far.
+    - `success`: whether they were all accepted.
+    - `reason`: why not (empty on success).
+    - `rank`, `size`: numerical rank of the weighted sensitivity columns of the set, and
+      the size of the set.
+    - `rcond`: `sigma_min / sigma_max` of those columns (the square root of the inverse
+      condition number of the Fisher matrix of the set).
+    - `cost`: weighted least-squares cost after the evaluation (NaN without
+      re-estimation).
+    - `seconds`: wall time of the evaluation.
+    """
+
+    added: tuple[str, ...]
+    success: bool
+    reason: str
+    rank: int
+    size: int
+    rcond: float
+    cost: float
+    seconds: float
+
+
+class StepwiseSelection(eqx.Module):
+    """The result of `ji.set_by_set` or `ji.one_by_one`.
+
+    **Fields:**
+
+    - `procedure`: `"set-by-set"` or `"one-by-one"`; `criterion`: the ranking used.
+    - `names`: every parameter of the model; `candidates`: those that could be chosen.
+    - `selected`: the identifiable parameters, in the order they were selected.
+    - `theta`: the final parameter vector (re-estimated where `reestimate=True`; the
+      non-selected parameters stay at their starting values); `theta0`: the start.
+    - `relative_std`: `sigma_theta / |theta|` of each selected parameter, from the
+      inverse Fisher matrix of the selected set at `theta` (eq. 1).
+    - `cost`: the weighted least-squares cost at `theta`; `cost0` at `theta0`.
+    - `history`: every `Evaluation`, in order; `n_evaluations`: their number, counted
+      here; `worst_case`: `ji.worst_case_evaluations` for the candidates.
+    - `reestimated`, `stop_reason`, `seconds`: whether each success was re-estimated, why
+      the procedure stopped, and its wall time.
+    """
+
+    procedure: str = eqx.field(static=True)
+    criterion: str = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    candidates: tuple[str, ...] = eqx.field(static=True)
+    selected: tuple[str, ...] = eqx.field(static=True)
+    theta: np.ndarray
+    theta0: np.ndarray
+    relative_std: np.ndarray
+    cost: float
+    cost0: float
+    history: tuple[Evaluation, ...] = eqx.field(static=True)
+    worst_case: dict = eqx.field(static=True)
+    reestimated: bool = eqx.field(static=True)
+    stop_reason: str = eqx.field(static=True)
+    seconds: float
+
+    @property
+    def n_evaluations(self) -> int:
+        return len(self.history)
+
+    @property
+    def not_selected(self) -> tuple[str, ...]:
+        chosen = set(self.selected)
+        return tuple(n for n in self.names if n not in chosen)
+
+    @property
+    def estimates(self) -> dict[str, float]:
+        """`{name: value}` of the selected parameters at the end."""
+        th = np.asarray(self.theta)
+        return {n: float(th[self.names.index(n)]) for n in self.selected}
+
+    def to_dict(self) -> dict:
+        def num(x):
+            x = float(x)
+            return x if np.isfinite(x) else None
+
+        return {
+            "procedure": self.procedure,
+            "criterion": self.criterion,
+            "reestimated": self.reestimated,
+            "selected": list(self.selected),
+            "n_selected": len(self.selected),
+            "n_candidates": len(self.candidates),
+            "n_evaluations": self.n_evaluations,
+            "worst_case": dict(self.worst_case),
+            "estimates": self.estimates,
+            "relative_std": {n: num(v) for n, v in zip(self.selected, self.relative_std)},
+            "cost0": num(self.cost0),
+            "cost": num(self.cost),
+            "stop_reason": self.stop_reason,
+            "seconds": self.seconds,
+            "history": [e._asdict() for e in self.history],
+        }
+
+    def __repr__(self) -> str:
+        wc = self.worst_case[self.procedure.replace("-", "_")]
+        lines = [
+            f"{self.procedure} selection ({self.criterion}"
+            + (", with re-estimation)" if self.reestimated else ")"),
+            f"  selected {len(self.selected)} of {len(self.candidates)} candidates in "
+            f"{self.n_evaluations} evaluations (worst case {wc:,}), {self.seconds:.1f} s",
+            f"  stopped: {self.stop_reason}",
+        ]
+        if self.reestimated:
+            lines.append(f"  cost {self.cost0:.6g} -> {self.cost:.6g}")
+        shown = self.selected[:12]
+        th = np.asarray(self.theta)
+        w = max([len(n) for n in shown], default=4)
+        for n, rs in zip(shown, self.relative_std):
+            v = th[self.names.index(n)]
+            lines.append(f"    {n:<{w}} = {v:<12.6g} sigma/|theta| = {rs:.3g}")
+        if len(self.selected) > len(shown):
+            lines.append(f"    ... and {len(self.selected) - len(shown)} more")
+        return "\n".join(lines)
+
+
+# --- the jitted pieces: one compilation per model, data shape and configuration ---
+
+
+def scaled_columns(S, theta, row_scale):
+    col = jnp.where(theta != 0, jnp.abs(theta), 1.0)
+    return S * col[None, :] / row_scale[:, None]
+
+
+@eqx.filter_jit
+def rank_and_scale(S, theta, row_mean, sigma, selected, criterion):
+    """The ranking on `B_N` (eq. 2) and the weighted columns `W` of the Fisher matrix
+    in log-parameters (eq. 1): `W^T W = diag(theta) FIM diag(theta)`."""
+    B = scaled_columns(S, theta, row_mean)
+    W = scaled_columns(S, theta, sigma)
+    order, scores = criterion(B, selected)
+    return order, scores, criterion.eligible(scores), W
+
+
+@eqx.filter_jit
+def fisher_test(W, mask, rank):
+    """Is the Fisher matrix of the columns in `mask` invertible? Decided from the
+    singular values of the weighted columns, never from W^T W."""
+    n, p = W.shape
+    s = svdvals(jnp.where(mask[None, :], W, 0.0))
+    s = jnp.concatenate([s, jnp.zeros(max(p - s.shape[0], 0), s.dtype)])
+    k = rank(s, (n, p))
+    size = jnp.sum(mask).astype(jnp.int32)
+    smin = s[jnp.clip(size - 1, 0, p - 1)]
+    rcond = jnp.where(s[0] > 0, smin / jnp.where(s[0] > 0, s[0], 1.0), 0.0)
+    finite = jnp.all(jnp.isfinite(W))
+    return (k >= size) & finite, k, rcond
+
+
+@eqx.filter_jit
+def relative_std(W, mask):
+    """`sqrt(diag((W_s^T W_s)^-1))` for the selected columns: `sigma_theta / |theta|`
+    (W is in log-parameters), from the SVD of `W_s`."""
+    Ws = jnp.where(mask[None, :], W, 0.0)
+    _, s, vt = jnp.linalg.svd(Ws, full_matrices=False)
+    size = jnp.sum(mask)
+    idx = jnp.arange(s.shape[0])
+    good = idx < size
+    inv = jnp.where(good & (s > 0), 1.0 / jnp.where(s > 0, s, 1.0) ** 2, 0.0)
+    var = jnp.sum(vt**2 * inv[:, None], axis=0)
+    singular = jnp.any(good & (s <= 0))
+    return jnp.where(singular, jnp.inf, jnp.sqrt(var))
+
+
+def scaled_sensitivity(
+    S: Float[Array, "n p"], theta: Float[Array, " p"], row_scale: Float[Array, " n"]
+) -> Float[Array, "n p"]:
+    """`diag(row_scale)^-1 S diag(|theta|)`: Alberton et al. eq. (2) with `row_scale` the
+    mean measurement of each row's output, or the square root of the Fisher matrix in
+    log-parameters with `row_scale = sigma` (a zero `theta_j` scales by 1)."""
+    return scaled_columns(jnp.asarray(S), jnp.asarray(theta), jnp.asarray(row_scale))

@@ -1,0 +1,154 @@
+"""Sweep result files on disk: a fingerprint of what was swept, one checksum per
+finished chunk, and an atomically written state, so that an interrupted sweep resumes
+and a damaged or foreign directory is never read as results."""
+
+import hashlib
+import json
+import os
+import pathlib
+import warnings
+
+import numpy as np
+
+
+class LazyFingerprint:
+    """The SHA-256 of the lowered program (StableHLO text, constants included), computed
+    on first use: two functions with the same fingerprint compute the same thing."""
+
+    def __init__(self, lowered):
+        self._lowered, self._value = lowered, None
+
+    def __call__(self) -> str:
+        if self._value is None:
+            text = self._lowered.as_text()
+            self._value, self._lowered = hashlib.sha256(text.encode()).hexdigest(), None
+        return self._value
+
+
+def arrays_hash(leaves) -> str:
+    h = hashlib.sha256()
+    for x in leaves:
+        x = np.ascontiguousarray(x)
+        h.update(f"{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def _chunk_checksum(arrays, start: int, stop: int) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a[start:stop]).tobytes())
+    return h.hexdigest()
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write, fsync, rename: a reader sees the old file or the new one, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - directories cannot be opened on some systems
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class ResultFiles:
+    """The result files of a sweep with `out_dir`: one `.npy` per output leaf and `ok.npy`,
+    and `sweep_state.json` with the sweep's fingerprint (samples hash, program hash,
+    output shapes and dtypes, library versions) and a SHA-256 per finished chunk.
+
+    A directory of another sweep raises; a damaged result file or a chunk whose checksum
+    does not match is recomputed (with a warning), never returned."""
+
+    STATE = "sweep_state.json"
+
+    def __init__(self, out_dir, n, fingerprint, v_leaves):
+        self.dir = pathlib.Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_file = self.dir / self.STATE
+        self.fingerprint = fingerprint
+        self.specs = [((n, *s.shape[1:]), np.dtype(s.dtype)) for s in v_leaves]
+        self.specs.append(((n,), np.dtype(bool)))
+        self.done = self._read_state()
+        self.arrays = self._open()
+        bad = [
+            start
+            for start, (stop, digest) in sorted(self.done.items())
+            if _chunk_checksum(self.arrays, start, stop) != digest
+        ]
+        if bad:
+            warnings.warn(
+                f"{len(bad)} finished chunk(s) in {self.dir} do not match their checksums "
+                f"(rows {', '.join(f'{b}:{self.done[b][0]}' for b in bad[:5])}"
+                f"{', ...' if len(bad) > 5 else ''}); recomputing them.",
+                stacklevel=4,
+            )
+            for b in bad:
+                del self.done[b]
+
+    def _read_state(self) -> dict[int, tuple[int, str]]:
+        if not self.state_file.exists():
+            return {}
+        try:
+            state = json.loads(self.state_file.read_text())
+            fingerprint = state["fingerprint"]
+            chunks = {int(k): (int(v[0]), str(v[1])) for k, v in state["chunks"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            raise ValueError(
+                f"{self.state_file} is not a jaxident sweep state file, or it is damaged "
+                f"({type(e).__name__}: {e}). Delete it (or use another out_dir) to start over."
+            ) from None
+        if fingerprint != self.fingerprint:
+            differ = sorted(
+                k
+                for k in set(fingerprint) | set(self.fingerprint)
+                if fingerprint.get(k) != self.fingerprint.get(k)
+            )
+            raise ValueError(
+                f"{self.dir} holds the results of a different sweep ({', '.join(differ)} "
+                "differ). Use another out_dir, or delete this one to start over."
+            )
+        return chunks
+
+    def _path(self, i):
+        return self.dir / ("ok.npy" if i == len(self.specs) - 1 else f"leaf{i}.npy")
+
+    def _open(self):
+        arrays = []
+        if self.done:
+            try:
+                for i, (shape, dtype) in enumerate(self.specs):
+                    a = np.lib.format.open_memmap(self._path(i), mode="r+")
+                    if a.shape != shape or a.dtype != dtype:
+                        raise ValueError(f"{self._path(i).name} has {a.dtype}{a.shape}")
+                    arrays.append(a)
+                return arrays
+            except (OSError, ValueError) as e:
+                warnings.warn(
+                    f"Damaged result file in {self.dir} ({e}); recomputing the whole sweep.",
+                    stacklevel=5,
+                )
+                self.done, arrays = {}, []
+        return [
+            np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
+            for i, (shape, dtype) in enumerate(self.specs)
+        ]
+
+    def finish_chunk(self, start, stop):
+        for a in self.arrays:
+            a.flush()
+        self.done[start] = (stop, _chunk_checksum(self.arrays, start, stop))
+        state = {
+            "fingerprint": self.fingerprint,
+            "chunks": {str(k): list(v) for k, v in sorted(self.done.items())},
+        }
+        _write_atomic(self.state_file, json.dumps(state))

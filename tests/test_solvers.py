@@ -1,0 +1,128 @@
+"""`ji.LevenbergMarquardt` against SciPy's MINPACK Levenberg-Marquardt, under jit and
+vmap, with a free-parameter mask and NaN trial points; `ji.estimate(free=...)` against
+the same fit of a model with the other parameters fixed."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+import scipy.optimize as so
+
+import jaxident as ji
+
+
+T = np.linspace(0.0, 4.0, 25)
+TRUE = np.array([2.0, 1.3, 0.5, 0.1])
+DATA = TRUE[0] * np.exp(-TRUE[1] * T) + TRUE[2] * np.sin(3 * T) + TRUE[3]
+DATA = DATA + 0.01 * np.random.default_rng(0).standard_normal(T.size)
+
+
+def _residual(y, data):
+    return y[0] * jnp.exp(-y[1] * T) + y[2] * jnp.sin(3 * T) + y[3] - data
+
+
+def _solve(y0, data, solver=ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14), free=None):
+    options = None if free is None else {"free": free}
+    return optx.least_squares(_residual, solver, y0, args=data, options=options, max_steps=200)
+
+
+def _scipy(y0, data, free=None):
+    y0 = np.asarray(y0, float)
+    free = np.ones(4, bool) if free is None else np.asarray(free)
+
+    def f(z):
+        y = y0.copy()
+        y[free] = z
+        return np.asarray(_residual(jnp.asarray(y), data))
+
+    z = so.least_squares(f, y0[free], method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15).x
+    y = y0.copy()
+    y[free] = z
+    return y
+
+
+def _cost(y, data):
+    return float(jnp.sum(_residual(jnp.asarray(y), data) ** 2))
+
+
+def _close(y, ref, data):
+    """The same minimum: the cost to 1e-12 relative (what the cost-based stop controls)
+    and the parameters to 1e-6 (the square root of that, for a well-posed fit)."""
+    assert _cost(y, data) <= _cost(ref, data) * (1 + 1e-11)
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-8)
+
+
+def test_levenberg_marquardt_against_scipy():
+    y0 = jnp.array([1.0, 1.0, 0.0, 0.0])
+    sol = _solve(y0, DATA)
+    assert sol.result == optx.RESULTS.successful
+    _close(sol.value, _scipy(y0, DATA), DATA)
+
+
+def test_levenberg_marquardt_mask_holds_parameters():
+    y0 = jnp.array([1.0, 1.0, 0.3, 0.1])
+    free = jnp.array([True, True, False, True])
+    sol = _solve(y0, DATA, free=free)
+    assert float(sol.value[2]) == 0.3  # held exactly
+    _close(sol.value, _scipy(y0, DATA, free), DATA)
+
+
+def test_levenberg_marquardt_jit_and_vmap():
+    y0 = jnp.array([1.0, 1.0, 0.0, 0.0])
+    ref = _solve(y0, DATA).value
+    jitted = jax.jit(lambda y, d: _solve(y, d).value)(y0, DATA)
+    np.testing.assert_allclose(jitted, ref, rtol=1e-12)
+    batch = jnp.stack([DATA, DATA * 1.1, DATA - 0.2])
+    vm = jax.vmap(lambda d: _solve(y0, d).value)(batch)
+    for d, v in zip(batch, vm):
+        _close(v, _scipy(y0, d), d)
+
+
+def test_levenberg_marquardt_rejects_nan_trial_points():
+    """A residual that is NaN for y[1] < 0.5 (a model that cannot be solved there): the
+    solver backs off instead of stopping or returning NaN."""
+
+    def fn(y, data):
+        r = _residual(y, data)
+        return jnp.where(y[1] < 0.5, jnp.nan, r)
+
+    y0 = jnp.array([5.0, 3.0, 0.0, 0.0])
+    sol = optx.least_squares(fn, ji.LevenbergMarquardt(rtol=1e-12), y0, args=DATA, max_steps=500)
+    assert sol.result == optx.RESULTS.successful
+    _close(sol.value, _scipy(np.asarray(y0), DATA), DATA)
+    # a NaN at the start is reported, not iterated on
+    bad = optx.least_squares(
+        fn, ji.LevenbergMarquardt(), y0.at[1].set(0.1), args=DATA, throw=False, max_steps=50
+    )
+    assert bad.result == optx.RESULTS.nonlinear_divergence
+
+
+def test_levenberg_marquardt_validates():
+    with pytest.raises(ValueError, match="rtol"):
+        ji.LevenbergMarquardt(rtol=-1.0)
+
+
+def test_estimate_free_mask_matches_fixed_model():
+    """Estimating a subset by `free=` is the fit of the model with the others fixed."""
+    model = ji.models.load("svir")
+    data = ji.simulate(model).ys * 1.01
+    start = model.parameters.nominal * 1.1
+    names = model.parameters.names
+    masked = ji.estimate(model, data, theta0=start, free=names[:2] + names[3:])
+    fixed = ji.fix_parameters(model, {names[2]: float(start[2])})
+    ref = ji.estimate(fixed, data, theta0=np.delete(np.asarray(start), 2))
+    np.testing.assert_allclose(np.delete(np.asarray(masked.theta), 2), ref.theta, rtol=1e-7)
+    assert float(masked.theta[2]) == float(start[2])
+    assert masked.std_errors[2] == 0.0 and masked.dof == ref.dof
+    np.testing.assert_allclose(np.delete(masked.std_errors, 2), ref.std_errors, rtol=1e-5)
+    assert "(held)" in repr(masked)
+    # MeasurementError as sigma: the weights a |y| + b of the data
+    err = ji.MeasurementError(0.05, 1e-3)
+    w = ji.estimate(model, data, theta0=start, sigma=err)
+    w2 = ji.estimate(model, data, theta0=start, sigma=0.05 * np.abs(data) + 1e-3)
+    np.testing.assert_allclose(w.theta, w2.theta, rtol=1e-12)
+    with pytest.raises(ValueError, match="free must"):
+        ji.estimate(model, data, free=np.ones(3, bool))
+    with pytest.raises(ValueError, match="Unknown parameter"):
+        ji.estimate(model, data, free=("betta",))
