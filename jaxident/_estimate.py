@@ -13,6 +13,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_model, check_theta, check_times, n_outputs
 from ._context import callback_free, clean_errors, is_traced
+from ._linalg._rank import RelativeTolerance
 from ._measurements import (
     bounds_of,
     box_transform,
@@ -93,7 +94,8 @@ class Estimate(eqx.Module):
         if J.shape[1] == 0:
             return cov
         _, s, vt = np.linalg.svd(J, full_matrices=False)
-        if s[-1] <= J.shape[1] * np.finfo(float).eps * s[0] or self.dof <= 0:
+        full_rank = int(RelativeTolerance()(jnp.asarray(s), J.shape)) == J.shape[1]
+        if not full_rank or self.dof <= 0:
             cov[np.ix_(free, free)] = np.inf
             return cov
         s2 = float(self.cost) / self.dof

@@ -233,3 +233,31 @@ def test_change_units_against_column_scaling():
         ji.change_units(model, {"beta": -1.0})
     with pytest.raises(ValueError, match="Unknown parameter"):
         ji.change_units(model, {"betta": 2.0})
+
+
+def test_transform_bases_forward_every_model_method():
+    """Every public method of a model kind is forwarded by that kind's transform base,
+    so no wrapper (fixed parameters, units, initial state, POD) drops one silently."""
+    import inspect
+
+    from jaxident._transforms import (
+        AbstractTransformedAlgebraic,
+        AbstractTransformedDAE,
+        AbstractTransformedODE,
+    )
+
+    pairs = (
+        (AbstractTransformedODE, ji.ODEModel),
+        (AbstractTransformedDAE, ji.DAEModel),
+        (AbstractTransformedAlgebraic, ji.AlgebraicModel),
+    )
+    for base, kind in pairs:
+        methods = {
+            n
+            for k in kind.__mro__
+            if k.__module__.startswith("jaxident")
+            for n, v in vars(k).items()
+            if inspect.isfunction(v) and not n.startswith("_")
+        }
+        assert methods, kind
+        assert sorted(n for n in methods if n not in vars(base)) == [], base

@@ -3,7 +3,8 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from ._misc import after, block_masks, column_norms, eps, leading_block_inverse, svdvals
+from ._misc import after, block_masks, column_norms, leading_block_inverse, svdvals
+from ._rank import RelativeTolerance
 
 
 def css_metrics(
@@ -17,8 +18,9 @@ def css_metrics(
     - `tau = cond(S1) / cond(S)`: the improvement in conditioning.
 
     Closer to 1 is better for `gamma1` and `gamma2`. `gamma1` is NaN when `k = 0`;
-    `gamma2` is NaN when `k = p` or when `sigma_{k+1} <= n eps sigma_1`, where it would
-    only measure rounding (the Kahan and Gu-Eisenstat matrices).
+    `gamma2` is NaN when `k = p` or when `sigma_{k+1}` is below the default rank rule
+    `RelativeTolerance()` (`max(n, p) eps sigma_1`), where it would only measure
+    rounding (the Kahan and Gu-Eisenstat matrices).
     """
     p = R.shape[0]
     _, _, b11, _, b22 = block_masks(p, k)
@@ -28,7 +30,7 @@ def css_metrics(
     kk = jnp.clip(k, 0, p - 1)
     nan = jnp.asarray(jnp.nan, R.dtype)
     gamma1 = jnp.where(k > 0, s11[km1] / sigma[km1], nan)
-    meaningful = (k < p) & (sigma[kk] > max(n, p) * eps(R) * sigma[0])
+    meaningful = (k < p) & (kk.astype(jnp.int32) < RelativeTolerance()(sigma, (n, p)))
     gamma2 = jnp.where(meaningful, s22[0] / jnp.where(meaningful, sigma[kk], 1.0), nan)
     cond_s1 = s11[0] / s11[km1]
     cond_s = sigma[0] / sigma[-1]

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from ._misc import column_norms, eps, matmul, svdvals
+from ._rank import RelativeTolerance
 
 
 class AbstractRankingCriterion(eqx.Module):
@@ -60,7 +61,7 @@ def _project_out(B: Array, selected: Array) -> Array:
     selected columns are harmless."""
     A = jnp.where(selected[None, :], B, 0.0)
     U, s, _ = jnp.linalg.svd(A, full_matrices=False)
-    keep = s > max(B.shape) * eps(B) * jnp.max(s)
+    keep = jnp.arange(s.shape[0], dtype=jnp.int32) < RelativeTolerance()(s, B.shape)
     U = jnp.where(keep[None, :], U, 0.0)
     for _ in range(2):  # twice is enough (Kahan-Parlett) for a clean projection
         B = B - matmul(U, matmul(U.T, B))
