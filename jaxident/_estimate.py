@@ -320,8 +320,6 @@ def estimate(
     est.std_errors, est.confidence_intervals(0.95)
     ```
     """
-    if solver is None:
-        solver = LevenbergMarquardt()
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)
     est = problem.fit(problem.theta0, free, solver, max_steps)
     if throw and is_traced(est):  # under a caller's jit or vmap: checked at run time
