@@ -6,7 +6,6 @@ from ._estimate import Estimate as Estimate, estimate as estimate
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,
-    Selection as Selection,
 )
 from ._identify._delay import (
     delay_estimability as delay_estimability,
@@ -51,6 +50,7 @@ from ._linalg._ranking import (
     Orthogonalization as Orthogonalization,
     SensitivityNorm as SensitivityNorm,
 )
+from ._linalg._selection import Selection as Selection
 from ._measurements import MeasurementError as MeasurementError
 from ._model import (
     AbstractModel as AbstractModel,
@@ -74,13 +74,17 @@ from ._parameters import Parameters as Parameters, ParameterValues as ParameterV
 from ._perturb import (
     perturbation_analysis as perturbation_analysis,
     PerturbationAnalysis as PerturbationAnalysis,
-    rom_perturbation_error as rom_perturbation_error,
-    rom_similarity as rom_similarity,
-    Similarity as Similarity,
     SmallGapWarning as SmallGapWarning,
 )
 from ._profile import Profile as Profile, profile as profile
-from ._rom import POD as POD, pod_basis as pod_basis, pod_reduce as pod_reduce
+from ._rom import (
+    POD as POD,
+    pod_basis as pod_basis,
+    pod_reduce as pod_reduce,
+    rom_perturbation_error as rom_perturbation_error,
+    rom_similarity as rom_similarity,
+    Similarity as Similarity,
+)
 from ._sensitivity import (
     ld_sensitivity as ld_sensitivity,
     LSensitivity as LSensitivity,

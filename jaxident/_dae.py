@@ -7,28 +7,22 @@ import lineax as lx
 import optimistix as optx
 from jaxtyping import Array, Bool
 
+from ._linalg._misc import after
+from ._linalg._nullspace import rref
+from ._linalg._rank import RelativeTolerance
 from ._linalg._scaling import equilibrate
 from ._model import DAEModel, Integrator
 from ._parameters import ParameterValues
 
 
 def _small_solve(A: Array, b: Array) -> Array:
-    """Gaussian elimination with partial pivoting for a small dense system, in plain
-    `jax.numpy` (no LAPACK call: see `jaxident._linalg._misc.after`)."""
+    """`A^{-1} b` for a small dense system by the library's one elimination routine
+    (Gauss-Jordan with partial pivoting, `ji.linalg.rref` of `[A | b]`), in plain `lax`:
+    no LAPACK call (see `jaxident._linalg._misc.after`)."""
     n = b.shape[0]
     if n == 1:
         return b / A[0, 0]
-    M = jnp.concatenate([A, b[:, None]], axis=1)
-    rows = jnp.arange(n)
-    for c in range(n):
-        piv = jnp.argmax(jnp.where(rows >= c, jnp.abs(M[:, c]), -1.0))
-        M = M.at[jnp.array([c, piv])].set(M[jnp.stack([piv, jnp.asarray(c, piv.dtype)])])
-        factors = jnp.where(rows > c, M[:, c] / M[c, c], 0.0)
-        M = M - factors[:, None] * M[c][None, :]
-    x = jnp.zeros(n, M.dtype)
-    for c in reversed(range(n)):
-        x = x.at[c].set((M[c, n] - jnp.dot(M[c, :n], x)) / M[c, c])
-    return x
+    return rref(jnp.concatenate([A, b[:, None]], axis=1), tol=0.0).R[:, n]
 
 
 def _residual(model: DAEModel):
@@ -76,32 +70,15 @@ def consistent_initial_values(model: DAEModel, theta: ParameterValues, integrato
     guess = jnp.atleast_1d(jnp.asarray(model.initial_algebraic_guess(theta), dtype=float))
     w0, ok = algebraic_solve(model, t0, x0, guess, theta, integrator)
     G = jax.jacfwd(lambda ww: _residual(model)(ww, (t0, x0, theta)))(jax.lax.stop_gradient(w0))
-    # Unit-free: rows (equations) and columns (algebraic variables) equilibrated first.
-    # Nonsingular when elimination then leaves no pivot below 10 n eps.
+    # Unit-free: rows (equations) and columns (algebraic variables) equilibrated first,
+    # then full rank under the default rank rule. `after` orders this SVD before the
+    # caller's solve (see `jaxident._linalg._misc.after`).
     nonzero = jnp.max(jnp.abs(G)) > 0
     G = equilibrate(equilibrate(G)[0].T)[0].T
-    n = G.shape[0]
-    eps = jnp.finfo(G.dtype).eps
-    U = _upper_pivots(G)
-    regular = jnp.all(jnp.abs(U) > 10 * n * eps * jnp.max(jnp.abs(G))) & nonzero
+    sigma = jnp.linalg.svd(jax.lax.stop_gradient(G), compute_uv=False)
+    regular = (RelativeTolerance()(sigma, G.shape) == G.shape[0]) & nonzero
+    x0, w0 = after((x0, w0), sigma)
     return x0, w0, ok & regular
-
-
-def _upper_pivots(A: Array) -> Array:
-    """The pivots of Gaussian elimination with partial pivoting (their product is
-    `det A` up to sign)."""
-    n = A.shape[0]
-    rows = jnp.arange(n)
-    M = A
-    pivots = []
-    for c in range(n):
-        piv = jnp.argmax(jnp.where(rows >= c, jnp.abs(M[:, c]), -1.0))
-        M = M.at[jnp.array([c, piv])].set(M[jnp.stack([piv, jnp.asarray(c, piv.dtype)])])
-        pivots.append(M[c, c])
-        safe = jnp.where(M[c, c] != 0, M[c, c], 1.0)
-        factors = jnp.where(rows > c, M[:, c] / safe, 0.0)
-        M = M - factors[:, None] * M[c][None, :]
-    return jnp.stack(pivots)
 
 
 def dae_vector_field(model: DAEModel, integrator: Integrator):

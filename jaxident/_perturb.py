@@ -13,16 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ._checks import check_model, check_theta
-from ._context import clean_errors
-from ._linalg._misc import matmul
-from ._linalg._sce import sce_estimate, similarity_index, wallis, worst_direction, WorstDirection
+from ._checks import check_model, check_theta, n_outputs
+from ._context import clean_errors, resolve_throw, run_kernel
+from ._linalg._sce import worst_direction, WorstDirection
 from ._model import AbstractModel, DAEModel, Integrator, ODEModel
-from ._simulate import raise_if_failed, solve
+from ._simulate import failure_message, raise_if_failed, solve, status
 from ._transforms import free_initial_state
 
 
-def _response_fn(model, t, response, integrator, forward=False):
+def _response_fn(model, t, response, integrator, forward=False, throw=True):
+    """`F(w) = (R(w), status)`: the response at `t` and the status of its solve, with the
+    failure check compiled in when `throw is True` (see `jaxident._context.run_kernel`)."""
     times = jnp.reshape(jnp.asarray(t, dtype=float), (1,))
     adjoint = diffrax.ForwardMode() if forward else diffrax.RecursiveCheckpointAdjoint()
 
@@ -35,20 +36,33 @@ def _response_fn(model, t, response, integrator, forward=False):
             out = jnp.concatenate([xs[0], ws[0]])
         else:
             out = model.lift(solved.xs[0])
-        return raise_if_failed(model, out, solved)
+        if throw is True:
+            out = raise_if_failed(model, out, solved)
+        return out, status(solved)
 
     return F
+
+
+def _response_size(model, response, w) -> int:
+    """The dimension of the response, from the model's shapes (no trace of a solve)."""
+    if response == "output":
+        return n_outputs(model)
+    theta = model.parameters.view(w)
+    x0 = jnp.atleast_1d(jnp.asarray(model.initial_state(theta), dtype=float))
+    if isinstance(model, DAEModel):
+        return x0.shape[0] + jnp.atleast_1d(model.initial_algebraic_guess(theta)).shape[0]
+    return model.lift(x0).shape[0]
 
 
 @eqx.filter_jit
 def _forward_error(model, t, response, integrator, w, dp):
     F = _response_fn(model, t, response, integrator, forward=True)
-    return jnp.linalg.norm(jax.jvp(F, (w,), (dp,))[1])
+    return jnp.linalg.norm(jax.jvp(lambda z: F(z)[0], (w,), (dp,))[1])
 
 
 @eqx.filter_jit
 def _response_at(model, t, response, integrator, w):
-    return _response_fn(model, t, response, integrator)(w)
+    return _response_fn(model, t, response, integrator)(w)[0]
 
 
 @eqx.filter_jit
@@ -57,10 +71,10 @@ def _nonlinear_error(model, t, response, integrator, w, value, dp):
 
 
 @eqx.filter_jit
-def _analyse(model, t, response, integrator, w, key, q, P):
-    F = _response_fn(model, t, response, integrator)
-    value, vjp = jax.vjp(F, w)
-    return value, worst_direction(lambda z: vjp(z)[0], value.shape[0], key, q, P)
+def _analyse(model, t, response, integrator, w, key, q, P, throw):
+    F = _response_fn(model, t, response, integrator, throw=throw)
+    value, vjp, st = jax.vjp(F, w, has_aux=True)
+    return value, worst_direction(lambda z: vjp(z)[0], value.shape[0], key, q, P), st
 
 
 class PerturbationAnalysis(eqx.Module):
@@ -248,10 +262,22 @@ def perturbation_analysis(
     if not sel:
         raise ValueError("No perturbable quantities selected.")
     P = jnp.eye(len(names))[:, jnp.asarray(sel)]
-    n_out = jax.eval_shape(_response_fn(target, t, response, integrator), w).shape[0]
+    n_out = _response_size(target, response, w)
     if q > n_out:
         raise ValueError(f"q = {q} exceeds the response dimension {n_out}.")
-    value, worst = _analyse(target, t, response, integrator, w, key, int(q), P)
+    value, worst, _ = run_kernel(
+        _analyse,
+        target,
+        t,
+        response,
+        integrator,
+        w,
+        key,
+        int(q),
+        P,
+        throw=resolve_throw(None),
+        message=lambda out: failure_message(target, out[-1]),
+    )
     _warn_if_small_gap(worst.sigma)
     return PerturbationAnalysis(
         names=names,
@@ -274,39 +300,6 @@ def _index(names, n):
     return names.index(n)
 
 
-class Similarity(eqx.Module):
-    """How well a reduced model preserves the perturbation behaviour of the full model
-    (Serban et al., section 4; from `ji.rom_similarity`).
-
-    **Fields:** `S1` (eq. 4.1, overlap of the leading `q` singular directions), `S2`
-    (eq. 4.2, ratio of the errors along the full model's worst direction, by forward
-    sensitivity solves), `full_error` and `reduced_error` (those two errors),
-    `angle_degrees`: the paper's angle between the reduced model's worst direction
-    `u~_1` and the projection `rho^T u_1` of the full one onto the POD subspace (section
-    6.1: 150.87 deg for the Brusselator; 0 or 180 deg is agreement, the sign of a
-    singular vector being arbitrary), `in_subspace` and `off_subspace`: `||rho^T u_1||`
-    and `||(I - rho rho^T) u_1||` (paper 0.304 and 0.953), `q`. Without a POD basis
-    the angle is taken to `u_1` itself and the subspace norms are NaN.
-    """
-
-    S1: float
-    S2: float
-    full_error: float
-    reduced_error: float
-    angle_degrees: float
-    in_subspace: float
-    off_subspace: float
-    q: int
-
-    def __repr__(self) -> str:
-        return (
-            f"Similarity(S1 = {self.S1:.4g}, S2 = {self.S2:.4g}; errors along the full worst "
-            f"direction: full {self.full_error:.4g}, reduced {self.reduced_error:.4g}; "
-            f"angle(u~_1, rho^T u_1) = {self.angle_degrees:.1f} deg; ||rho^T u_1|| = "
-            f"{self.in_subspace:.3g}, ||(I - rho rho^T) u_1|| = {self.off_subspace:.3g})"
-        )
-
-
 class SmallGapWarning(UserWarning):
     """The SCE worst direction is not well determined (a small spectral gap)."""
 
@@ -327,101 +320,3 @@ def _warn_if_small_gap(sigma, factor: float = 1.5) -> None:
             SmallGapWarning,
             stacklevel=3,
         )
-
-
-@clean_errors
-def rom_similarity(
-    full: PerturbationAnalysis, reduced: PerturbationAnalysis, q: int = 4
-) -> Similarity:
-    """Similarity indices `S1` and `S2` of a reduced model's perturbation analysis against
-    the full model's; both must perturb the same quantities and have responses of the same
-    dimension (a `ji.pod_reduce` model analysed like its full model does)."""
-    if full.names != reduced.names or full.n_out != reduced.n_out:
-        raise ValueError(
-            "The analyses must share the perturbable quantities and the response dimension "
-            "(analyse the reduced model with the same wrt and response)."
-        )
-    k = min(q, full.q, reduced.q)
-    Uf = full.worst.singular_vectors(k)
-    Ur = reduced.worst.singular_vectors(k)
-    S1 = float(similarity_index(Uf, Ur, k))
-    u1 = full.direction
-    ef = float(full.forward_error(u1))
-    er = float(reduced.forward_error(u1))
-    S2 = min(er / ef, ef / er) if ef > 0 and er > 0 else 0.0
-    u1 = np.asarray(Uf[:, 0])
-    ur = np.asarray(Ur[:, 0])
-    basis = _pod_basis(reduced.model)
-    inside = outside = float("nan")
-    if basis is not None and basis.shape[0] <= u1.shape[0]:
-        n = basis.shape[0]  # the states come first among the perturbable quantities
-        B = np.asarray(basis)
-        proj = u1.copy()
-        proj[:n] = B @ (B.T @ u1[:n])
-        inside = float(np.linalg.norm(B.T @ u1[:n]))
-        outside = float(np.linalg.norm(u1[:n] - proj[:n]))
-        u1 = proj
-    cos = float(np.dot(u1, ur) / (np.linalg.norm(u1) * np.linalg.norm(ur)))
-    angle = float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))))
-    return Similarity(
-        S1=S1,
-        S2=S2,
-        full_error=ef,
-        reduced_error=er,
-        angle_degrees=angle,
-        in_subspace=inside,
-        off_subspace=outside,
-        q=k,
-    )
-
-
-def _pod_basis(model):
-    """The POD basis of a (possibly wrapped) reduced model, or `None`."""
-    while model is not None:
-        basis = getattr(model, "basis", None)
-        if basis is not None:
-            return basis
-        model = getattr(model, "base", None)
-    return None
-
-
-@clean_errors
-def rom_perturbation_error(
-    full: PerturbationAnalysis,
-    reduced: PerturbationAnalysis,
-    dp: ArrayLike,
-    reduction_error: ArrayLike | float | None = None,
-) -> dict:
-    """The error `||Theta(t)||` of the perturbed reduced model against the perturbed full
-    model, combining model reduction and the perturbation `dp` (Serban et al., section 5),
-    from the stored adjoint products of both analyses (which must use the same key and
-    `q`, so the same random directions).
-
-    - `reduction_error` a vector `theta(t) = R(y) - R~(y~)` (case 1): returns
-      `{"estimate": ...}`, the SCE estimate of `||theta + (alpha - alpha~)^T dp||`.
-    - a number `||theta(t)||` (case 2): returns `{"lower": ..., "upper": ...,
-      "perturbation_part": ...}`, the bounds `| ||theta|| - ||Delta|| |` and
-      `||theta|| + ||Delta||` with `Delta` estimated by SCE.
-    - `None`: the reduction error is taken from the analyses' nominal responses
-      (`full.value - reduced.value`), case 1.
-    """
-    if full.worst.Z.shape != reduced.worst.Z.shape or not bool(
-        jnp.allclose(full.worst.Z, reduced.worst.Z)
-    ):
-        raise ValueError(
-            "Both analyses must use the same random directions: pass the same key and q."
-        )
-    dp = full._check_dp(dp)
-    q, n = full.q, full.n_out
-    delta = matmul(full.worst.alphas - reduced.worst.alphas, dp)  # (q,)
-    if reduction_error is None:
-        reduction_error = full.value - reduced.value
-    theta = jnp.asarray(reduction_error, dtype=float)
-    if theta.ndim == 0:
-        part = float(sce_estimate(delta, n))
-        th = float(theta)
-        return {"lower": abs(th - part), "upper": th + part, "perturbation_part": part}
-    if theta.shape != (n,):
-        raise ValueError(f"reduction_error must be a scalar or have shape ({n},).")
-    proj = matmul(full.worst.Z.T, theta) + delta
-    return {"estimate": float(wallis(q) / wallis(n) * jnp.linalg.norm(proj))}

@@ -269,10 +269,11 @@ def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, thro
         L = Y[:, 1:]
     else:
         L = matmul(Y, jnp.linalg.pinv(after(M, Y)))
-    if throw:
-        L = raise_if_failed(model, L, solved._replace(ok=ok))
+    solved = solved._replace(ok=ok)
+    if throw is True:
+        L = raise_if_failed(model, L, solved)
     nan = jnp.asarray(jnp.nan, L.dtype)
-    return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok
+    return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok, status(solved)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -327,8 +328,16 @@ def ld_sensitivity(
             f"(full row rank); got shape {M.shape}."
         )
     integrator = model.integrator if integrator is None else integrator
-    Y, L, y, ok = _ld_sensitivity(
-        model, theta, times, M, first_is_direction, integrator, resolve_throw(throw)
+    Y, L, y, ok, _ = run_kernel(
+        _ld_sensitivity,
+        model,
+        theta,
+        times,
+        M,
+        first_is_direction,
+        integrator,
+        throw=resolve_throw(throw),
+        message=lambda out: failure_message(model, out[-1]),
     )
     return LSensitivity(
         Y=Y,

@@ -53,6 +53,13 @@ def test_sensitivity_selection_and_estimate_compile_once():
     _twice(lambda i: lambda: ji.estimate(_svir(i)[0], data, theta0=_svir(i)[1]))
 
 
+def test_ld_sensitivity_and_perturbation_analysis_compile_once():
+    d = jnp.asarray([1.0, -1.0, 0.5, 0.0])
+    _twice(lambda i: lambda: ji.ld_sensitivity(*_svir(i), M=d))
+    key = jax.random.key(0)
+    _twice(lambda i: lambda: ji.perturbation_analysis(*_svir(i), t=10.0, key=key, q=2))
+
+
 def test_lserc_and_reduce_parameters_compile_once():
     def model(i):
         m = ji.models.load("nonsmooth_dae_example")

@@ -15,6 +15,7 @@ from helpers import (
     tol,
 )
 
+import jaxident as ji
 import jaxident.linalg as L
 
 
@@ -236,3 +237,19 @@ def test_no_retrace():
     g = jax.jit(f)
     for _ in range(3):
         g(jnp.asarray(random_matrix(rng, 10, 6)))
+
+
+def test_one_driver_rank_is_unit_free_and_matches_select_parameters():
+    """`column_subset` and `select_parameters` are one driver: on a full-rank matrix with
+    one column in units 1e-12 (and one in 1e12), both find k = 4, the rank of the
+    matrix with unit column norms, and the same permutation; NumPy's matrix_rank of the
+    raw matrix (tolerance relative to sigma_1) finds 3."""
+    rng = np.random.default_rng(5)
+    S = rng.standard_normal((30, 4)) * np.array([1e12, 1e-12, 1.0, 1.0])
+    scaled = S / np.linalg.norm(S, axis=0)
+    assert np.linalg.matrix_rank(scaled) == 4 and np.linalg.matrix_rank(S) == 3
+    sel = L.column_subset(S)
+    same = ji.select_parameters(S)
+    assert int(sel.k) == int(same.k) == 4
+    np.testing.assert_array_equal(np.asarray(sel.perm), np.asarray(same.perm))
+    np.testing.assert_allclose(np.asarray(sel.scale), np.linalg.norm(S, axis=0), rtol=1e-12)

@@ -98,4 +98,7 @@ def test_results_have_repr_and_to_dict():
     for r in results:
         assert type(r).__name__ in repr(r)
         json.dumps(r.to_dict())
-    assert "rejected=[1]" in repr(results[3])
+    # one driver, one result: the matrix route names the rejected column theta1 (alpha)
+    assert "non-identifiable : theta1" in repr(results[3])
+    assert results[2].non_identifiable == ("alpha",)
+    np.testing.assert_array_equal(results[3].perm, results[2].perm)

@@ -118,6 +118,20 @@ def _resolve_pivots(names, pivots, nullity):
     return np.asarray(idx, dtype=int)
 
 
+def dependency_lines(result, basis_label: bool = False) -> list[str]:
+    """The report lines shared by `Estimability` and `DelayEstimability`: what is
+    estimable, which quantities to fix, and the dependent sets."""
+    lines = [f"  locally estimable: {', '.join(result.estimable) or '(none)'}"]
+    if result.nullity:
+        lines.append(
+            f"  fix these {result.nullity} to make the rest estimable: {', '.join(result.pivots)}"
+        )
+        for k, st in enumerate(result.dependent_sets):
+            label = f" (v~{k + 1})" if basis_label else ""
+            lines.append(f"  dependent set {k + 1}{label}: {', '.join(st)}")
+    return lines
+
+
 def _fmt_sets(names, mask) -> list[tuple[str, ...]]:
     return [tuple(n for n, m in zip(names, col) if m) for col in np.asarray(mask).T]
 
@@ -213,18 +227,11 @@ class Estimability(eqx.Module):
 
     def __repr__(self) -> str:
         s = np.asarray(self.singular_values)
-        lines = [
+        head = (
             f"Estimability of {len(self.names)} unknowns: nullity {self.nullity} "
-            f"({self.rank_rule}), sigma_min/sigma_1 = {s[-1] / s[0]:.2e}",
-            f"  locally estimable: {', '.join(self.estimable) or '(none)'}",
-        ]
-        if self.nullity:
-            lines.append(
-                f"  fix these {self.nullity} to make the rest estimable: {', '.join(self.pivots)}"
-            )
-            for k, st in enumerate(self.dependent_sets):
-                lines.append(f"  dependent set {k + 1}: {', '.join(st)}")
-        return "\n".join(lines)
+            f"({self.rank_rule}), sigma_min/sigma_1 = {s[-1] / s[0]:.2e}"
+        )
+        return "\n".join([head, *dependency_lines(self)])
 
 
 @clean_errors

@@ -16,7 +16,8 @@ from .._linalg._rank import AbstractRankRule, with_accuracy
 from .._model import AbstractModel, Integrator
 from .._sweep import latin_hypercube, sweep
 from .._transforms import fix_parameters
-from ._lserc import check_method, LSERC, lserc_tree, probe_directions
+from ._lserc import lserc_tree
+from ._lserc_method import check_method, LSERC, probe_directions
 
 
 class Reduction(eqx.Module):

@@ -137,8 +137,9 @@ def _qrcp_householder(A: Float[Array, "m p"]):
     return jnp.triu(A[:p, :]), perm
 
 
-def qrcp(A: Float[Array, "m p"]) -> tuple[Float[Array, "p p"], Int[Array, " p"]]:
-    """QR with column pivoting: `A[:, perm] = Q R`, `|R[0,0]| >= |R[1,1]| >= ...`.
+def qrcp(A: Float[Array, "m p"]) -> tuple[Float[Array, "r p"], Int[Array, " p"]]:
+    """QR with column pivoting: `A[:, perm] = Q R`, `|R[0,0]| >= |R[1,1]| >= ...`, with
+    `R` of shape `(min(m, p), p)`.
 
     LAPACK's geqp3 on the CPU, a `lax` Householder implementation elsewhere.
     """

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._misc import column_norms, eps, matmul, svdvals
+from ._misc import column_norms, eps, matmul, qrcp, svdvals
 from ._rank import RelativeTolerance
 
 
@@ -107,30 +107,20 @@ class Orthogonalization(AbstractRankingCriterion):
         n, p = B.shape
         _, top = _max_norm(B)
         Rm = jnp.where(selected[None, :], 0.0, _project_out(B, selected))
+        # QR with column pivoting takes, at each step, the column with the largest part
+        # orthogonal to those taken; |R_ii| is that part. The selected columns are zero
+        # in Rm, so they are never taken.
+        R, perm = qrcp(Rm)
         steps = min(n, p)
-
-        def body(i, carry):
-            Rm, picked, pick_at, scores = carry
-            norms = column_norms(Rm)
-            free = ~selected & ~picked
-            j = jnp.argmax(jnp.where(free, norms, -1.0)).astype(jnp.int32)
-            ok = free[j] & (norms[j] > 0)
-            q = Rm[:, j] / jnp.where(ok, norms[j], 1.0)
-            q = jnp.where(ok, q, 0.0)
-            for _ in range(2):
-                Rm = Rm - jnp.outer(q, matmul(q, Rm))
-            picked = picked.at[j].set(picked[j] | ok)
-            pick_at = pick_at.at[j].set(jnp.where(ok, i, pick_at[j]))
-            scores = scores.at[j].set(jnp.where(ok, norms[j], scores[j]))
-            return Rm, picked, pick_at, scores
-
-        zeros = jnp.zeros(p, bool)
-        init = (Rm, zeros, jnp.full(p, steps, jnp.int32), jnp.zeros(p, B.dtype))
-        Rm, picked, pick_at, scores = jax.lax.fori_loop(0, steps, body, init)
-        # Columns never taken keep their final (near-zero) residual norm as a score.
-        scores = jnp.where(picked, scores, column_norms(Rm)) / top
+        taken = perm[:steps]
+        d = jnp.abs(jnp.diagonal(R))[:steps]
+        picked = jnp.zeros(p, bool).at[taken].set(d > 0) & ~selected
+        pick_at = jnp.full(p, steps, jnp.int32).at[taken].set(jnp.arange(steps, dtype=jnp.int32))
+        # Columns never taken (or taken with nothing left) score 0.
+        scores = jnp.zeros(p, B.dtype).at[taken].set(d) / top
+        scores = jnp.where(picked, scores, 0.0)
         scores = jnp.where(selected, -jnp.inf, scores)
-        # Taken columns in the order taken, then the rest by score, the selected last.
+        # Taken columns in the order taken, then the rest by column, the selected last.
         key = jnp.where(picked, pick_at.astype(B.dtype), steps + 1.0 - scores)
         key = jnp.where(selected, jnp.inf, key)
         return jnp.argsort(key, stable=True).astype(jnp.int32), scores

@@ -1,15 +1,25 @@
+from collections.abc import Sequence
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._context import clean_errors
-from ._css._base import AbstractColumnSelectionMethod, ColumnSelection
+from .._context import clean_errors, resolve_throw, run_kernel
+from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
+from ._metrics import css_metrics
 from ._misc import after, reduce_to_square, svdvals
-from ._rank import AbstractRankRule, RelativeTolerance, warn_if_low_precision
+from ._rank import (
+    AbstractRankRule,
+    RelativeTolerance,
+    warn_if_low_precision,
+    warn_if_near_threshold,
+)
 from ._results import RESULTS
+from ._scaling import equilibrate
+from ._selection import Selection
 
 
 def check_matrix(S: ArrayLike, what: str = "S") -> Array:
@@ -64,25 +74,109 @@ def check_k(k, p: int):
     return jnp.clip(k, 0, p).astype(jnp.int32)  # a traced k is clipped (no raise in jit)
 
 
+def _selection_message(sel) -> str | None:
+    if bool(sel.result == RESULTS.successful):
+        return None
+    return RESULTS._index_to_message[int(sel.result._value)]
+
+
 @eqx.filter_jit
-def _column_subset(S, k, method, rank, throw):
+def _select(S, k, method, rank, names, row_scale, throw):
     n, p = S.shape
     finite = jnp.all(jnp.isfinite(S))
-    S = jnp.where(finite, S, 0.0)
+    safe = jnp.where(finite, S, 0.0)
+    S_eq, c = equilibrate(safe, row_scale)
+    sigma_eq = svdvals(reduce_to_square(S_eq))
+    R0 = reduce_to_square(after(safe, sigma_eq))
+    sigma = svdvals(R0)
+    rule = rank if k is None else None
     if k is None:
-        # The rank needs the singular values; reduce to the p x p factor once.
-        S = reduce_to_square(S)
-        sigma = svdvals(S)
-        k = rank(sigma, (n, p))
-        S = after(S, sigma)
-    elif n < p:
-        S = jnp.concatenate([S, jnp.zeros((p - n, p), S.dtype)], axis=0)
-    sel = method(S, k)
+        k = rank(sigma_eq, (n, p))
+    sel = method(after(R0, sigma), k)
+    gamma1, gamma2, tau = css_metrics(sigma, after(sel.R, sel.rho), sel.k, n)
     result = RESULTS.where(finite, sel.result, RESULTS.nonfinite_input)
-    R = jnp.where(finite, sel.R, jnp.nan)
-    sel = eqx.tree_at(lambda s: (s.R, s.result), sel, (R, result))
+    nan = jnp.asarray(jnp.nan, S.dtype)
+    out = Selection(
+        names=names,
+        perm=sel.perm,
+        k=sel.k,
+        singular_values=jnp.where(finite, sigma, nan),
+        decision_singular_values=jnp.where(finite, sigma_eq, nan),
+        scale=c,
+        gamma1=jnp.where(finite, gamma1, nan),
+        gamma2=jnp.where(finite, gamma2, nan),
+        tau=jnp.where(finite, tau, nan),
+        rho=jnp.where(finite, sel.rho, nan),
+        R=jnp.where(finite, sel.R, nan),
+        swaps=sel.swaps,
+        result=result,
+        ok=result == RESULTS.successful,
+        method=method,
+        rank_rule=rule,
+        shape=(n, p),
+    )
+    if throw is True:
+        out = result.error_if(out, result != RESULTS.successful)
+    return out
+
+
+def _power_of_two_scaling(S):
+    """`(S 2^-e, e)` with `max|S 2^-e|` in `[0.5, 1)`, exact, for a concrete `S`: the
+    compiled kernels then see neither subnormal numbers (flushed to zero on the CPU) nor
+    squares that overflow. Every decision and metric is invariant to it."""
+    if isinstance(S, jax.core.Tracer):
+        return S, 0
+    m = float(np.max(np.abs(np.asarray(S)), initial=0.0))
+    if not np.isfinite(m) or m == 0.0:
+        return S, 0
+    e = int(np.frexp(m)[1])
+    if -4 <= e <= 4:
+        return S, 0
+    return jnp.asarray(np.ldexp(np.asarray(S, dtype=float), -e)), e
+
+
+def select_columns(S, names, k, method, rank, row_scale, throw, caller: str) -> Selection:
+    """The one column-selection driver: checks on the host, then the `_select` kernel.
+
+    `S` is a matrix (already through `check_matrix`), `names` a sequence or `None`,
+    `row_scale` the per-row scale of the rank decision or `None`, `caller` the public
+    name for warnings."""
+    throw = resolve_throw(throw)
     if throw:
-        sel = result.error_if(sel, result != RESULTS.successful)
+        raise_if_nonfinite(S)
+    p = S.shape[1]
+    if names is None:
+        names = tuple(f"theta{i}" for i in range(p))
+    names = tuple(names)
+    if len(names) != p:
+        raise ValueError(f"{len(names)} names for a matrix with {p} columns: {list(names)}.")
+    if len(set(names)) != p:
+        raise ValueError(f"Parameter names must be unique, got {list(names)}.")
+    if not isinstance(method, AbstractColumnSelectionMethod):
+        raise TypeError(
+            f"method must be a column-selection method such as StrongRRQR(), got {method!r}."
+        )
+    if not isinstance(rank, AbstractRankRule):
+        raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
+    given = k is not None
+    k = check_k(k, p)
+    if row_scale is not None:
+        row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
+    S, power = _power_of_two_scaling(S)
+    sel = run_kernel(
+        _select, S, k, method, rank, names, row_scale, throw=throw, message=_selection_message
+    )
+    if power:
+        sel = eqx.tree_at(
+            lambda s: (s.singular_values, s.R, s.scale),
+            sel,
+            tuple(
+                jnp.asarray(np.ldexp(np.asarray(x), power))
+                for x in (sel.singular_values, sel.R, sel.scale)
+            ),
+        )
+    if not given:
+        warn_if_near_threshold(rank, sel.decision_singular_values, S.shape, caller)
     return sel
 
 
@@ -91,47 +185,46 @@ def column_subset(
     S: ArrayLike,
     k: int | ArrayLike | None = None,
     *,
+    names: Sequence[str] | None = None,
     method: AbstractColumnSelectionMethod = StrongRRQR(),
     rank: AbstractRankRule = RelativeTolerance(),
-    throw: bool = True,
-) -> ColumnSelection:
+    throw: bool | None = None,
+) -> Selection:
     """Column subset selection `S[:, perm] = Q R`, selected columns first.
+
+    The same driver as `ji.select_parameters`, on a plain matrix.
 
     **Arguments:**
 
     - `S`: an `(n, p)` matrix (a sensitivity matrix: rows are observations, columns are
       parameters). `n < p` is allowed.
-    - `k`: the number of columns to select. `None` (default) uses `rank`.
+    - `k`: the number of columns to select. `None` (default) uses `rank`, applied to the
+      singular values of `S` with unit column norms (so that no column scaling changes
+      it); the selection itself is made on `S` as given.
+    - `names`: column names (default `theta0, theta1, ...`).
     - `method`: `StrongRRQR(f)` (default, Algorithm 4.4), `RRQR()` (4.1, PCA B1),
       `LRRQR()` (4.2, PCA B4), `GKS()` (4.3, PCA B3) or `QRCP()`.
     - `rank`: the rank rule used when `k` is `None`.
     - `throw`: raise on a failed selection (non-finite input, singular `R11`, the swap cap
-      reached). With `throw=False` the status is in the result instead; use that under
-      `vmap` so that one bad matrix does not stop a batch.
+      reached); default `True`, `False` inside `ji.sweep`. With `throw=False` the status
+      is in the result instead; use that under `vmap` so that one bad matrix does not
+      stop a batch.
 
-    **Returns:** a `ColumnSelection`.
+    **Returns:** a `Selection` (`perm`, `R`, `k`, `rho`, `swaps`, the accuracy metrics
+    and a `RESULTS` status).
 
     **Raises:** `ValueError` for a matrix that is not 2-D or a `k` outside `[0, p]`;
-    an `EquinoxRuntimeError` at run time when `throw=True` and the selection fails.
+    an `EquinoxRuntimeError` when `throw=True` and the selection fails.
 
     **Example:**
 
     ```python
     sel = ji.linalg.column_subset(S, k=3, method=ji.linalg.StrongRRQR(f=1.5))
-    sel.perm[:3]  # the selected columns
+    sel.selected  # the selected columns
     ```
     """
     S = check_matrix(S)
-    k = check_k(k, S.shape[1])
-    if throw:
-        raise_if_nonfinite(S)
-    if not isinstance(method, AbstractColumnSelectionMethod):
-        raise TypeError(
-            f"method must be a column-selection method such as StrongRRQR(), got {method!r}."
-        )
-    if not isinstance(rank, AbstractRankRule):
-        raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
-    return _column_subset(S, k, method, rank, throw)
+    return select_columns(S, names, k, method, rank, None, throw, "column_subset")
 
 
 def srrqr(S: ArrayLike, k: int | ArrayLike | None = None, f: float = 1.01, **kwargs):

@@ -47,5 +47,6 @@ from .._linalg._sce import (
     worst_direction as worst_direction,
     WorstDirection as WorstDirection,
 )
+from .._linalg._selection import Selection as Selection
 from .._linalg._subset import column_subset as column_subset, srrqr as srrqr
 from . import testmatrices as testmatrices

@@ -3,14 +3,14 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._results import RESULTS
 
 
 class ColumnSelection(eqx.Module):
-    """The result every column-subset selection shares.
+    """What a column-selection method returns to the driver (`ji.linalg.column_subset`
+    and `ji.select_parameters` wrap it in a `Selection`, the public result).
 
     `S[:, perm] = Q R` with `R` upper triangular; the first `k` columns of `S[:, perm]`
     are the selected (identifiable) columns `S1`, the others `S2`.
@@ -33,42 +33,6 @@ class ColumnSelection(eqx.Module):
     swaps: Int[Array, ""]
     rho: Float[Array, ""]
     result: RESULTS
-
-    @property
-    def selected(self) -> Int[Array, " k"]:
-        """Indices of the selected columns (needs a concrete `k`)."""
-        return self.perm[: int(self.k)]
-
-    @property
-    def rejected(self) -> Int[Array, " p_minus_k"]:
-        return self.perm[int(self.k) :]
-
-    def to_dict(self) -> dict:
-        """Plain Python values (a single selection)."""
-        return {
-            "perm": [int(i) for i in np.asarray(self.perm)],
-            "k": int(self.k),
-            "swaps": int(self.swaps),
-            "rho": float(self.rho),
-            "status": RESULTS[self.result] or "successful",
-        }
-
-    def __repr__(self) -> str:
-        if self.perm.ndim != 1:
-            return f"ColumnSelection(batch of {self.perm.shape[0]}, p={self.perm.shape[-1]})"
-        d = self.to_dict()
-        return (
-            f"ColumnSelection(k={d['k']}, selected={d['perm'][: d['k']]}, "
-            f"rejected={d['perm'][d['k'] :]}, rho={d['rho']:.4g}, swaps={d['swaps']}, "
-            f"status={d['status']!r})"
-        )
-
-    @property
-    def mask(self) -> Array:
-        """Boolean `(p,)` mask of the selected columns, in the original order."""
-        p = self.perm.shape[-1]
-        ranks = jnp.argsort(self.perm, axis=-1).astype(jnp.int32)
-        return ranks < jnp.expand_dims(self.k, -1) if p else ranks
 
 
 class AbstractColumnSelectionMethod(eqx.Module):

@@ -1,0 +1,94 @@
+"""The settings of the L-SERC test (`ji.LSERC`) and the probing directions they ask for
+(Abdelfattah, Stechlinski & Eisa 2024, Algorithm 1, stages S1-S3)."""
+
+import equinox as eqx
+import numpy as np
+
+from .._checks import check_model
+from .._linalg._rank import AbstractRankRule, RelativeTolerance
+
+
+def _rows(directions) -> tuple[tuple[float, ...], ...] | None:
+    """Probing directions as a hashable tuple of rows (the settings are static)."""
+    if directions is None:
+        return None
+    return tuple(tuple(map(float, d)) for d in np.atleast_2d(np.asarray(directions, float)))
+
+
+class LSERC(eqx.Module):
+    """The settings of the L-SERC test (Algorithm 1 of Abdelfattah, Stechlinski & Eisa
+    2024), for `ji.lserc(..., method=LSERC(...))` and `ji.reduce_parameters`.
+
+    **Arguments:**
+
+    - `directions`: primary probing directions, an `(m, p)` array (default `+-e_i`).
+    - `twin`: `epsilon_twin`; each primary direction also probes `d + epsilon e_j`
+      (stage S2, against false positives at kinks). 0 disables.
+    - `twin_partners`: `"next"` (`j = i + 1`, one twin per primary direction) or `"all"`
+      (every `j != i`, as in the authors' code).
+    - `singular`, `q`: `epsilon_sing` and depth of singularity probing (stage S3, against
+      false negatives): the test is repeated at `theta +- epsilon sum_k v_k`, with `v_k`
+      the null vectors of each rank-deficient direction (all of `D_sing`). 0 disables.
+    - `rank`: the rank decision on each `Upsilon_d`, recorded in the result. It is taken
+      on the column-equilibrated matrix (unit-free); the default `RelativeTolerance()`
+      asks for no more digits than the sensitivities have (`10 rtol` of the integrator).
+    - `rref_tol`: relative tolerance for nonzero entries of `rref(V_r^T)`.
+    """
+
+    directions: tuple[tuple[float, ...], ...] | None = eqx.field(
+        default=None, static=True, converter=_rows
+    )
+    twin: float = 0.01
+    twin_partners: str = "next"
+    singular: float = 0.01
+    q: int = 1
+    rank: AbstractRankRule = RelativeTolerance()
+    rref_tol: float = 1e-8
+
+    def __check_init__(self):
+        if not isinstance(self.rank, AbstractRankRule):
+            raise TypeError(
+                f"rank must be a rank rule such as RelativeTolerance(1e-9), got {self.rank!r}."
+            )
+        if not (self.twin >= 0 and self.singular >= 0):
+            raise ValueError("twin and singular (epsilon_twin, epsilon_sing) must be >= 0.")
+        if not isinstance(self.q, int) or self.q < 0 or self.q > 3:
+            raise ValueError(f"q must be an integer in [0, 3], got {self.q!r}.")
+        if self.twin_partners not in ("next", "all"):
+            raise ValueError(f"twin_partners must be 'next' or 'all', got {self.twin_partners!r}.")
+        if not self.rref_tol > 0:
+            raise ValueError(f"rref_tol must be positive, got {self.rref_tol}.")
+
+
+def check_method(model, method) -> None:
+    check_model(model)
+    if not isinstance(method, LSERC):
+        raise TypeError(f"method must be a ji.LSERC(...) configuration, got {method!r}.")
+
+
+def probe_directions(p: int, method: LSERC):
+    directions, twin, twin_partners = method.directions, method.twin, method.twin_partners
+    if directions is None:
+        eye = np.eye(p)
+        primary = np.concatenate([eye, -eye], axis=0)
+    else:
+        primary = np.atleast_2d(np.asarray(directions, dtype=float))
+        if primary.shape[1] != p:
+            raise ValueError(f"Probing directions need {p} entries, got shape {primary.shape}.")
+        if not np.all(np.isfinite(primary)):
+            raise ValueError("Probing directions must be finite.")
+    kinds = ["primary"] * len(primary)
+    twins = []
+    if twin > 0:
+        for d in primary:
+            i = int(np.argmax(np.abs(d)))
+            js = [(i + 1) % p] if twin_partners == "next" else [j for j in range(p) if j != i]
+            for j in js:
+                if j == i:
+                    continue
+                dt = d.copy()
+                dt[j] += twin  # d + epsilon_twin e_j (Algorithm 1, stage S2)
+                twins.append(dt)
+        kinds += ["twin"] * len(twins)
+    D = np.concatenate([primary] + ([np.stack(twins)] if twins else []), axis=0)
+    return D, tuple(kinds)
