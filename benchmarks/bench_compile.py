@@ -8,6 +8,9 @@ start), so that nothing is shared between models or with earlier runs.
 
     python benchmarks/bench_compile.py                 # all models
     python benchmarks/bench_compile.py --models svir ivgtt
+
+A run over some models replaces their rows in `results/bench_compile.json` and keeps the
+others.
 """
 
 import argparse
@@ -127,6 +130,10 @@ def main() -> None:
         )
     out = pathlib.Path(__file__).parent / "results" / "bench_compile.json"
     out.parent.mkdir(exist_ok=True)
+    # A run over some models replaces their rows and keeps the others (from earlier runs).
+    earlier = json.loads(out.read_text())["rows"] if out.exists() else []
+    done = {r["model"] for r in rows}
+    rows = [r for r in earlier if r["model"] not in done] + rows
     out.write_text(json.dumps({"rows": rows}, indent=2))
     print(f"written to {out}")
 

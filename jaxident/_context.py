@@ -26,6 +26,15 @@ def is_traced(*trees) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees))
 
 
+def on_error_mode() -> str | None:
+    """Equinox's current error mode (`EQX_ON_ERROR`): how its checks are traced now. An
+    inner jitted function that is traced inside kernels should take it as a static
+    argument, so that its cached trace matches the mode."""
+    import equinox._errors as eqx_errors
+
+    return getattr(eqx_errors, "EQX_ON_ERROR", None)
+
+
 @contextlib.contextmanager
 def _equinox_checks_as_nan():
     """Trace equinox's run-time checks (`error_if`) as NaN instead of host callbacks

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_theta, check_times
-from .._context import clean_errors, resolve_throw, run_kernel
+from .._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._forward import accuracy
 from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import (
@@ -56,7 +56,13 @@ class Probe(eqx.Module):
         return jnp.any(self.partners & self.ok[..., :, None, None], axis=-3)
 
 
-def _probe(model, theta, times, D, integrator, rank_rule, rref_tol):
+@eqx.filter_jit
+def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, on_error):
+    """The L-SERC matrices of every direction in `D` at `theta`, their null spaces and
+    rref pivots. Jitted so that the singularity-probing levels reuse its trace (a DAE
+    solve costs seconds to trace); `on_error`, equinox's error mode while tracing, is
+    part of the cache key (see `jaxident._context.run_kernel`)."""
+    del on_error
     Ms = jax.vmap(directions_matrix)(D)
 
     def one(M):
@@ -102,7 +108,8 @@ def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular
     """The probe at `theta` and, level by level (`q` levels), the probes at the
     singularity-probing points of every rank-deficient direction: each level is one
     vmapped probe, so the compiled size does not grow with the number of directions."""
-    probe, null_sum, solved = _probe(model, theta, times, D, integrator, rank_rule, rref_tol)
+    mode = on_error_mode()
+    probe, null_sum, solved = _probe(model, theta, times, D, integrator, rank_rule, rref_tol, mode)
     probes, active = [], []
     if singular > 0 and q > 0:
         p = theta.shape[0]
@@ -113,7 +120,7 @@ def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular
         for _ in range(q):
             thetas, act = _singularity_points(thetas, sums, deficient, act, singular)
             level, sums, _ = jax.vmap(
-                lambda th: _probe(model, th, times, D, integrator, rank_rule, rref_tol)
+                lambda th: _probe(model, th, times, D, integrator, rank_rule, rref_tol, mode)
             )(thetas)
             deficient = (level.rank < p) & level.ok
             probes.append(level)
