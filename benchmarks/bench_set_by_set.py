@@ -59,7 +59,8 @@ def run(name, problem, jobs):
     out["reestimation_compile_seconds"] = time.perf_counter() - t0
     print(f"  re-estimation kernel compiled in {out['reestimation_compile_seconds']:.1f} s")
     for label, fn, reest in jobs:
-        res = fn(model, data, times, error=ERROR, reestimate=reest, integrator=integrator)
+        method = ji.Stepwise(reestimate=reest)
+        res = fn(model, data, times, error=ERROR, method=method, integrator=integrator)
         out[label] = {
             "selected": len(res.selected),
             "evaluations": res.n_evaluations,

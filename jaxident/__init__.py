@@ -26,6 +26,7 @@ from ._identify._reduction import (
     Reduction as Reduction,
 )
 from ._identify._stepwise import one_by_one as one_by_one, set_by_set as set_by_set
+from ._identify._stepwise_method import Stepwise as Stepwise
 from ._identify._stepwise_result import (
     Evaluation as Evaluation,
     scaled_sensitivity as scaled_sensitivity,

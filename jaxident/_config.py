@@ -8,8 +8,8 @@
   environment variable `JAX_COMPILATION_CACHE_DIR`) is set. `JAXIDENT_CACHE=DIR` chooses
   another folder, `JAXIDENT_CACHE=0` turns it off. Every compiled program is kept, not
   only those that took over a second (`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` set in
-  the environment wins). JAX stores only programs without host callbacks: the sweeps, and the entry points whose checks are made on the host
-  (`_context.run_kernel`).
+  the environment wins). JAX stores only programs without host callbacks: the sweeps,
+  and the entry points whose checks are made on the host (`_context.run_kernel`).
 """
 
 import os

@@ -361,7 +361,7 @@ def test_set_by_set_rejects_zero_sigma():
     data = np.asarray(ji.simulate(model).ys).copy()
     data[0] = 0.0
     with pytest.raises(ValueError, match=r"sigma = 0 for 1 datum.*t = 0.*absolute part"):
-        ji.set_by_set(model, data, error=ji.MeasurementError(0.01, 0.0), reestimate=False)
+        ji.set_by_set(model, data, error=ji.MeasurementError(0.01, 0.0))
 
 
 def test_fix_parameters_and_pivot_candidates_arguments():

@@ -101,7 +101,7 @@ def test_reduced_selection_with_and_without_reestimation(model):
     one = ji.one_by_one(prob.model, prob.data, prob.times, **kw)
     assert set(plain.selected) == set(one.selected) and len(plain.selected) >= 6
     assert plain.n_evaluations < one.n_evaluations
-    re = ji.set_by_set(prob.model, prob.data, prob.times, reestimate=True, **kw)
+    re = ji.set_by_set(prob.model, prob.data, prob.times, method=ji.Stepwise(reestimate=True), **kw)
     assert re.reestimated and re.cost < 0.01 * re.cost0
     assert len(re.selected) >= len(plain.selected)
     assert np.all(np.isfinite(re.relative_std))

@@ -230,8 +230,8 @@ def test_linear_selects_exactly_the_main_effects(linear, order):
     assert "31 of 961" in repr(res) and res.to_dict()["n_evaluations"] == res.n_evaluations
     # another criterion, the paper's remark on NSRGA: the same selection
     nsrga = ji.set_by_set(
-        m, data, theta0=theta0, criterion=ji.NSRGA(), error=ji.MeasurementError(0.0, 0.5),
-        progress=False,
+        m, data, theta0=theta0, method=ji.Stepwise(criterion=ji.NSRGA()),
+        error=ji.MeasurementError(0.0, 0.5), progress=False,
     )  # fmt: skip
     assert sorted(nsrga.selected) == sorted(main)
 
@@ -243,7 +243,7 @@ def test_linear_reestimation_matches_least_squares(linear):
     for order in ["increasing", "decreasing"]:
         res = ji.set_by_set(
             m, data, theta0=m.initial_estimates(order), error=ji.MeasurementError(0.0, 0.5),
-            reestimate=True, progress=False,
+            method=ji.Stepwise(reestimate=True), progress=False,
         )  # fmt: skip
         assert sorted(res.selected) == sorted(f"theta{k}" for k in range(1, 32))
         assert res.n_evaluations == 5 and res.reestimated
@@ -284,8 +284,8 @@ def test_alpha_pinene_selection_with_reestimation_reaches_the_optimum():
     tight = ji.Integrator(rtol=1e-10, atol=1e-10)
     # the default solver stops at a chi-square decrease of 1e-4 of itself; to compare
     # with the optimum to 1e-4, solve as tightly as the plain fit below
-    res = ji.set_by_set(m, data, theta0=start, reestimate=True, integrator=tight,
-                        solver=ji.LevenbergMarquardt(rtol=1e-10), progress=False)  # fmt: skip
+    method = ji.Stepwise(reestimate=True, solver=ji.LevenbergMarquardt(rtol=1e-10))
+    res = ji.set_by_set(m, data, theta0=start, method=method, integrator=tight, progress=False)
     assert sorted(res.selected) == sorted(m.parameters.names)
     assert res.n_evaluations < ji.worst_case_evaluations(5)["set_by_set"]
     np.testing.assert_allclose(res.cost, 19.872, atol=2e-3)
@@ -293,8 +293,8 @@ def test_alpha_pinene_selection_with_reestimation_reaches_the_optimum():
     np.testing.assert_allclose(res.theta, np.asarray(fit.theta), rtol=1e-4)
     # only a subset of candidates: the others stay where they started
     sub = ji.set_by_set(
-        m, data, theta0=start, candidates=["p1", "p2"], reestimate=True, integrator=tight,
-        progress=False,
+        m, data, theta0=start, candidates=["p1", "p2"], method=ji.Stepwise(reestimate=True),
+        integrator=tight, progress=False,
     )  # fmt: skip
     assert set(sub.selected) == {"p1", "p2"} and sub.stop_reason == "every candidate is selected"
     np.testing.assert_array_equal(sub.theta[2:], start[2:])
@@ -310,12 +310,16 @@ def test_clear_errors(linear):
         ji.set_by_set(m, np.full(32, np.nan), progress=False)
     # (under the tests' jaxtyping hook the annotation check answers first; both name it)
     with pytest.raises(TypeError, match="criterion"):
-        ji.set_by_set(m, data, criterion="yao", progress=False)
+        ji.set_by_set(m, data, method=ji.Stepwise(criterion="yao"), progress=False)
+    with pytest.raises(TypeError, match="Stepwise"):
+        ji.set_by_set(m, data, method=ji.Orthogonalization(), progress=False)
+    with pytest.raises(ValueError, match="max_steps"):
+        ji.Stepwise(max_steps=0)
     with pytest.raises(TypeError, match="MeasurementError"):
         ji.set_by_set(m, data, error=0.5, progress=False)
     with pytest.raises(ValueError, match="outside the bounds"):
         ji.set_by_set(m, data, theta0=np.full(961, 5000.0), progress=False)
-    assert "**Arguments:**" in ji.set_by_set.__doc__ and "criterion" in ji.one_by_one.__doc__
+    assert "**Arguments:**" in ji.set_by_set.__doc__ and "ji.Stepwise" in ji.one_by_one.__doc__
     with pytest.raises(ValueError, match="not both zero"):
         ji.MeasurementError(0.0, 0.0)
     with pytest.raises(ValueError, match="experiment indices"):

@@ -9,18 +9,15 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, ArrayLike
 
 from .._context import clean_errors
 from .._estimate import LeastSquares
-from .._linalg._rank import AbstractRankRule, RelativeTolerance
-from .._linalg._ranking import AbstractRankingCriterion, Orthogonalization
 from .._measurements import MeasurementError
 from .._model import AbstractModel, Integrator
 from .._sensitivity import sensitivity
 from .._simulate import Trajectory
-from .._solvers import LevenbergMarquardt
+from ._stepwise_method import Stepwise
 from ._stepwise_result import (
     Evaluation,
     fisher_test,
@@ -53,30 +50,18 @@ class _Problem:
     sensitivity matrix at the start, and `ji.estimate`'s kernel for every
     re-estimation (one compilation for every candidate set: the set is a mask)."""
 
-    def __init__(self, model, data, times, theta0, criterion, error, rank, candidates, bounds,
-                 solver, max_steps, integrator, reestimate):  # fmt: skip
-        if not isinstance(criterion, AbstractRankingCriterion):
-            raise TypeError(
-                "criterion must be a ranking criterion such as ji.Orthogonalization(), "
-                f"got {criterion!r}."
-            )
+    def __init__(self, model, data, times, theta0, error, candidates, bounds, method, integrator):
+        if not isinstance(method, Stepwise):
+            raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
         if not isinstance(error, MeasurementError):
             raise TypeError(
                 f"error must be a ji.MeasurementError(relative, absolute), got {error!r}."
             )
-        if not isinstance(rank, AbstractRankRule):
-            raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
-        if solver is None:
-            solver = LevenbergMarquardt(rtol=1e-6, updates=10)
-        if not isinstance(solver, (optx.AbstractLeastSquaresSolver, optx.AbstractMinimiser)):
-            raise TypeError(
-                "solver must be ji.LevenbergMarquardt() or an optimistix least-squares "
-                f"solver, got {solver!r}."
-            )
+        self.method = method
         self.ls = LeastSquares.build(model, data, times, theta0, error, bounds, integrator)
-        self.criterion, self.rank = criterion, rank
-        self.solver, self.max_steps = solver, max_steps
-        self.reestimate_ = bool(reestimate)
+        self.criterion, self.rank = method.criterion, method.rank
+        self.solver, self.max_steps = method.solver, method.max_steps
+        self.reestimate_ = method.reestimate
         params = model.parameters
         self.names = params.names
         self.theta0, self.data, self.sigma = self.ls.theta0, self.ls.data, self.ls.sigma
@@ -256,31 +241,16 @@ _DOC_ARGS = """
     - `times`: their times (default `model.times`).
     - `theta0`: the initial estimates (default: the nominal values). The selection
       depends on them (the paper's cases a.1 and a.2); with re-estimation, less.
-    - `criterion`: the ranking, `ji.Orthogonalization()` (Yao et al. 2003, the paper's
-      choice, default), `ji.SensitivityNorm()`, `ji.NSRGA()` or `ji.CollinearityIndex()`,
-      applied to the scaled matrix `B_N = diag(ybar)^-1 S diag(theta)` (eq. 2; `ybar`
-      the mean absolute measurement of each output).
     - `error`: `ji.MeasurementError(relative, absolute)`, `sigma = a |y| + b` (eq. 26),
       which weights the Fisher matrix and the re-estimation.
-    - `rank`: when the Fisher matrix of a set counts as invertible: its weighted
-      sensitivity columns (in log-parameters) must have full numerical rank under this
-      rule. Default `RelativeTolerance(1e-6)`: condition number of the Fisher matrix
-      below 1e12.
-    - `reestimate`: re-estimate the selected parameters after every successful step
-      (Levenberg-Marquardt, the others held at their current values). A step whose
-      re-estimation fails counts as a failure.
     - `candidates`: names of the parameters that may be selected (default all); the
       others are held.
     - `bounds`: `True` (the model's bounds, default), `False`, or `(lower, upper)`,
       respected by the re-estimation.
-    - `solver`: how to re-estimate: `ji.LevenbergMarquardt(rtol=1e-6, updates=10)`
-      (default: stops when two successive steps each lower the weighted cost by less
-      than 1e-6 of itself; residuals only at trial points, and Broyden updates of the
-      Jacobian between computed ones) or any optimistix least-squares
-      solver. Every re-estimation runs `ji.estimate`'s compiled kernel with the
-      candidate set as a mask, so the model is compiled once for the whole selection.
-    - `max_steps`: the re-estimation's iteration cap (a capped re-estimation that still
-      lowers the cost counts as a success, noted in the history).
+    - `method`: a `ji.Stepwise(criterion, rank, reestimate, solver, max_steps)`: how
+      candidates are ranked, when a set counts as estimable, and whether and how it is
+      re-estimated (default `ji.Stepwise()`: orthogonalization ranking, no
+      re-estimation).
     - `integrator`: solver and tolerances of the model (default the model's).
     - `progress`: a progress bar over evaluations.
 
@@ -292,11 +262,10 @@ _DOC_ARGS = """
 """
 
 
-def _stepwise(procedure, model, data, times, theta0, criterion, error, rank, reestimate,
-              candidates, bounds, solver, max_steps, integrator, progress):  # fmt: skip
+def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, method,
+              integrator, progress):  # fmt: skip
     problem = _Problem(
-        model, data, times, theta0, criterion, error, rank, candidates, bounds, solver,
-        max_steps, integrator, reestimate,
+        model, data, times, theta0, error, candidates, bounds, method, integrator
     )  # fmt: skip
     return _run(problem, procedure, progress)
 
@@ -308,14 +277,10 @@ def set_by_set(
     times: ArrayLike | Sequence | None = None,
     *,
     theta0: ArrayLike | dict | Sequence | None = None,
-    criterion: AbstractRankingCriterion = Orthogonalization(),
     error: MeasurementError = MeasurementError(),
-    rank: AbstractRankRule = RelativeTolerance(1e-6),
-    reestimate: bool = False,
     candidates: Sequence[str] | None = None,
     bounds: bool | tuple = True,
-    solver: optx.AbstractLeastSquaresSolver | None = None,
-    max_steps: int = 100,
+    method: Stepwise = Stepwise(),
     integrator: Integrator | None = None,
     progress: bool = True,
 ) -> StepwiseSelection:
@@ -329,8 +294,8 @@ def set_by_set(
     best-ranked one fails. Against the classical one-by-one procedure (`ji.one_by_one`)
     this needs far fewer evaluations (eqs. 4-5, `ji.worst_case_evaluations`).
     """
-    args = (theta0, criterion, error, rank, reestimate, candidates, bounds, solver, max_steps)
-    return _stepwise("set-by-set", model, data, times, *args, integrator, progress)
+    args = (theta0, error, candidates, bounds, method, integrator, progress)
+    return _stepwise("set-by-set", model, data, times, *args)
 
 
 @clean_errors
@@ -340,14 +305,10 @@ def one_by_one(
     times: ArrayLike | Sequence | None = None,
     *,
     theta0: ArrayLike | dict | Sequence | None = None,
-    criterion: AbstractRankingCriterion = Orthogonalization(),
     error: MeasurementError = MeasurementError(),
-    rank: AbstractRankRule = RelativeTolerance(1e-6),
-    reestimate: bool = False,
     candidates: Sequence[str] | None = None,
     bounds: bool | tuple = True,
-    solver: optx.AbstractLeastSquaresSolver | None = None,
-    max_steps: int = 100,
+    method: Stepwise = Stepwise(),
     integrator: Integrator | None = None,
     progress: bool = True,
 ) -> StepwiseSelection:
@@ -357,8 +318,8 @@ def one_by_one(
     (and, with re-estimation, re-estimates) is kept for good, and the rest are
     re-ranked. Stop when no remaining parameter can be added.
     """
-    args = (theta0, criterion, error, rank, reestimate, candidates, bounds, solver, max_steps)
-    return _stepwise("one-by-one", model, data, times, *args, integrator, progress)
+    args = (theta0, error, candidates, bounds, method, integrator, progress)
+    return _stepwise("one-by-one", model, data, times, *args)
 
 
 # The two procedures share their arguments; their docstrings share the description.

@@ -1,0 +1,63 @@
+"""The settings of stepwise selection (`ji.Stepwise`), for `ji.set_by_set` and
+`ji.one_by_one` (Alberton, Alberton, Di Maggio, Diaz & Secchi 2013)."""
+
+import equinox as eqx
+import optimistix as optx
+
+from .._linalg._rank import AbstractRankRule, RelativeTolerance
+from .._linalg._ranking import AbstractRankingCriterion, Orthogonalization
+from .._solvers import LevenbergMarquardt
+
+
+class Stepwise(eqx.Module):
+    """How a stepwise selection ranks, tests and re-estimates: `method=ji.Stepwise(...)`
+    of `ji.set_by_set` and `ji.one_by_one`.
+
+    **Arguments:**
+
+    - `criterion`: the ranking, `ji.Orthogonalization()` (Yao et al. 2003, the paper's
+      choice, default), `ji.SensitivityNorm()`, `ji.NSRGA()` or `ji.CollinearityIndex()`,
+      applied to the scaled matrix `B_N = diag(ybar)^-1 S diag(theta)` (eq. 2; `ybar`
+      the mean absolute measurement of each output).
+    - `rank`: when the Fisher matrix of a set counts as invertible: its weighted
+      sensitivity columns (in log-parameters) must have full numerical rank under this
+      rule. Default `RelativeTolerance(1e-6)`: condition number of the Fisher matrix
+      below 1e12.
+    - `reestimate`: re-estimate the selected parameters after every successful step
+      (the others held at their current values). A step whose re-estimation fails
+      counts as a failure.
+    - `solver`: how to re-estimate: `ji.LevenbergMarquardt(rtol=1e-6, updates=10)`
+      (default: stops when two successive steps each lower the weighted cost by less
+      than 1e-6 of itself; residuals only at trial points, and Broyden updates of the
+      Jacobian between computed ones) or any optimistix least-squares solver. Every
+      re-estimation runs `ji.estimate`'s compiled kernel with the candidate set as a
+      mask, so the model is compiled once for the whole selection.
+    - `max_steps`: the re-estimation's iteration cap (a capped re-estimation that still
+      lowers the cost counts as a success, noted in the history).
+    """
+
+    criterion: AbstractRankingCriterion = Orthogonalization()
+    rank: AbstractRankRule = RelativeTolerance(1e-6)
+    reestimate: bool = eqx.field(default=False, static=True)
+    solver: optx.AbstractLeastSquaresSolver = LevenbergMarquardt(rtol=1e-6, updates=10)
+    max_steps: int = eqx.field(default=100, static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.criterion, AbstractRankingCriterion):
+            raise TypeError(
+                "criterion must be a ranking criterion such as ji.Orthogonalization(), "
+                f"got {self.criterion!r}."
+            )
+        if not isinstance(self.rank, AbstractRankRule):
+            raise TypeError(
+                f"rank must be a rank rule such as RelativeTolerance(), got {self.rank!r}."
+            )
+        if not isinstance(self.solver, (optx.AbstractLeastSquaresSolver, optx.AbstractMinimiser)):
+            raise TypeError(
+                "solver must be ji.LevenbergMarquardt() or an optimistix least-squares "
+                f"solver, got {self.solver!r}."
+            )
+        if not isinstance(self.reestimate, bool):
+            raise TypeError(f"reestimate must be True or False, got {self.reestimate!r}.")
+        if not isinstance(self.max_steps, int) or self.max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps!r}.")
