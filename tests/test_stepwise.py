@@ -271,6 +271,57 @@ def test_linear_reestimation_matches_least_squares(linear):
     assert obo.n_evaluations == 31 and list(obo.selected) == list(res.selected)
 
 
+def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monkeypatch):
+    m, data = linear
+    theta0 = m.initial_estimates("increasing")
+    err = ji.MeasurementError(0.0, 0.5)
+    method = ji.Stepwise(criterion=ji.NSRGA(), rank=ji.RelativeTolerance(1e-7))
+    full = ji.set_by_set(m, data, theta0=theta0, error=err, method=method, progress=False)
+    assert full.method == method and full.error == err and full.bounds == "the model's bounds"
+    d = full.to_dict()
+    assert "NSRGA" in d["method"] and "1e-07" in d["method"] and d["at_bound"] == []
+    # interrupt the third evaluation: the two made so far and their selection come back
+    from jaxident._identify import _stepwise
+
+    calls = []
+    evaluate = _stepwise._Problem.evaluate
+
+    def interrupting(self, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return evaluate(self, *args)
+
+    monkeypatch.setattr(_stepwise._Problem, "evaluate", interrupting)
+    with pytest.warns(UserWarning, match="interrupted after 2 evaluations"):
+        part = ji.set_by_set(m, data, theta0=theta0, error=err, method=method, progress=False)
+    assert part.stop_reason.startswith("interrupted") and part.n_evaluations == 2
+    untimed = [e._replace(seconds=0.0) for e in part.history]
+    assert untimed == [e._replace(seconds=0.0) for e in full.history[:2]]
+    accepted = [n for e in full.history[:2] if e.success for n in e.added]
+    assert list(part.selected) == accepted and len(part.relative_std) == len(accepted)
+
+
+def test_at_bound_in_the_coordinates_of_the_box():
+    """Log scale where both bounds are positive: 0.9999 of the upper bound of a box
+    spanning three decades is 1.4e-5 of its width (flagged); linear scale otherwise."""
+    from types import SimpleNamespace
+
+    from jaxident._identify._stepwise_result import at_bound
+
+    lower = np.array([1e-3, 1e-3, -1.0, -1.0, -np.inf])
+    upper = np.array([1.0, 1.0, 1.0, 1.0, np.inf])
+    theta = np.array([0.9999, 0.5, -0.9995, 0.9, 1e9])
+    ls = SimpleNamespace(bounded=True, lower=lower, upper=upper)
+    names = ("a", "b", "c", "d", "e")
+    prob = SimpleNamespace(ls=ls, reestimate_=True, names=names)
+    point = SimpleNamespace(theta=theta)
+    # c: (-0.9995 + 1) / 2 = 2.5e-4 of the width from the lower bound
+    assert at_bound(prob, point, [0, 1, 2, 3, 4]) == ("a", "c")
+    assert at_bound(prob, point, [1, 3]) == ()  # only selected parameters are named
+    assert at_bound(SimpleNamespace(ls=ls, reestimate_=False, names=names), point, [0]) == ()
+
+
 # --- an ODE model with real data ---
 
 

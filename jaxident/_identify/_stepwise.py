@@ -4,6 +4,7 @@ classical one-by-one procedure it accelerates."""
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -19,6 +20,7 @@ from .._sensitivity import sensitivity
 from .._simulate import Trajectory
 from ._stepwise_method import Stepwise
 from ._stepwise_result import (
+    at_bound,
     Evaluation,
     fisher_test,
     rank_and_scale,
@@ -57,7 +59,12 @@ class _Problem:
             raise TypeError(
                 f"error must be a ji.MeasurementError(relative, absolute), got {error!r}."
             )
-        self.method = method
+        self.method, self.error = method, error
+        self.bounds_text = (
+            "the model's bounds" if bounds is True
+            else "none" if bounds is False or bounds is None
+            else "given (lower, upper)"
+        )  # fmt: skip
         self.ls = LeastSquares.build(model, data, times, theta0, error, bounds, integrator)
         self.criterion, self.rank = method.criterion, method.rank
         self.solver, self.max_steps = method.solver, method.max_steps
@@ -208,6 +215,14 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
             order.extend(added)
             point = new
             ranked, W = problem.assess(point, selected)
+    except KeyboardInterrupt:
+        # Ctrl-C: the selection so far, every evaluation made, at the last accepted point
+        stop = "interrupted (KeyboardInterrupt): the selection so far"
+        warnings.warn(
+            f"{procedure} interrupted after {len(history)} evaluations; returning the "
+            f"{len(order)} parameters selected so far.",
+            stacklevel=3,
+        )
     finally:
         bar.close()
 
@@ -227,6 +242,10 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
         history=tuple(history),
         worst_case=worst_case_evaluations(len(problem.candidates)),
         reestimated=problem.reestimate_,
+        at_bound=at_bound(problem, point, order),
+        method=problem.method,
+        error=problem.error,
+        bounds=problem.bounds_text,
         stop_reason=stop,
         seconds=time.perf_counter() - t_start,
     )

@@ -3,7 +3,7 @@ calls: the ranking on the scaled sensitivities, the invertibility test and the r
 standard deviations (Alberton et al. 2013, eqs. 1-5)."""
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -73,7 +73,13 @@ class StepwiseSelection(eqx.Module):
     - `history`: every `Evaluation`, in order; `n_evaluations`: their number, counted
       here; `worst_case`: `ji.worst_case_evaluations` for the candidates.
     - `reestimated`, `stop_reason`, `seconds`: whether each success was re-estimated, why
-      the procedure stopped, and its wall time.
+      the procedure stopped (an interrupted run, Ctrl-C, returns the selection so far and
+      says so), and its wall time.
+    - `at_bound`: selected parameters whose estimate ended within `1e-3` of the width of
+      their box from a bound (on a log scale where both bounds are positive): their
+      `relative_std` is not that of a free parameter.
+    - `method` (the `ji.Stepwise` settings), `error` (the `ji.MeasurementError`),
+      `bounds`: every setting of the run, recorded.
     """
 
     procedure: str = eqx.field(static=True)
@@ -89,6 +95,10 @@ class StepwiseSelection(eqx.Module):
     history: tuple[Evaluation, ...] = eqx.field(static=True)
     worst_case: dict = eqx.field(static=True)
     reestimated: bool = eqx.field(static=True)
+    at_bound: tuple[str, ...] = eqx.field(static=True)
+    method: Any
+    error: Any
+    bounds: str = eqx.field(static=True)
     stop_reason: str = eqx.field(static=True)
     seconds: float
 
@@ -125,6 +135,10 @@ class StepwiseSelection(eqx.Module):
             "relative_std": {n: num(v) for n, v in zip(self.selected, self.relative_std)},
             "cost0": num(self.cost0),
             "cost": num(self.cost),
+            "at_bound": list(self.at_bound),
+            "method": repr(self.method),
+            "error": repr(self.error),
+            "bounds": self.bounds,
             "stop_reason": self.stop_reason,
             "seconds": self.seconds,
             "history": [e._asdict() for e in self.history],
@@ -146,10 +160,33 @@ class StepwiseSelection(eqx.Module):
         w = max([len(n) for n in shown], default=4)
         for n, rs in zip(shown, self.relative_std):
             v = th[self.names.index(n)]
-            lines.append(f"    {n:<{w}} = {v:<12.6g} sigma/|theta| = {rs:.3g}")
+            flag = "  (at a bound)" if n in self.at_bound else ""
+            lines.append(f"    {n:<{w}} = {v:<12.6g} sigma/|theta| = {rs:.3g}{flag}")
         if len(self.selected) > len(shown):
             lines.append(f"    ... and {len(self.selected) - len(shown)} more")
         return "\n".join(lines)
+
+
+def at_bound(problem, point, order, rel: float = 1e-3) -> tuple[str, ...]:
+    """Names of the selected parameters within `rel` of their box's width from a bound,
+    in the coordinates of the re-estimation's change of variables (logarithmic where
+    both bounds are positive)."""
+    ls = problem.ls
+    if not (ls.bounded and problem.reestimate_) or not order:
+        return ()
+    th, lo, up = (np.asarray(x, float) for x in (point.theta, ls.lower, ls.upper))
+    box = np.isfinite(lo) & np.isfinite(up)
+    logbox = box & (lo > 0)
+
+    def warp(x):
+        return np.where(logbox, np.log(np.where(logbox, x, 1.0)), x)
+
+    width = np.where(box, warp(up) - warp(lo), 1.0)
+    frac = np.where(
+        box, (warp(np.where(logbox, np.maximum(th, 1e-300), th)) - warp(lo)) / width, 0.5
+    )
+    near = box & ((frac <= rel) | (frac >= 1.0 - rel))
+    return tuple(problem.names[j] for j in order if near[j])
 
 
 # --- the jitted pieces: one compilation per model, data shape and configuration ---
