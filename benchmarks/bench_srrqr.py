@@ -64,10 +64,16 @@ def main():
         t_qrcp = min(t_qrcp, time.perf_counter() - t0)
 
     method = ji.StrongRRQR(f=args.f)
-    static = jax.jit(jax.vmap(lambda s: L.column_subset(s, k=k, method=method, throw=False)))
+    static = jax.jit(
+        jax.vmap(lambda s: L.column_subset(s, k=k, method=method, metrics=False, throw=False))
+    )
     sel, c_static, t_static = timed(static, A)
     traced = jax.jit(
-        jax.vmap(lambda s: L.column_subset(s, k=jax.numpy.int32(k), method=method, throw=False))
+        jax.vmap(
+            lambda s: L.column_subset(
+                s, k=jax.numpy.int32(k), method=method, metrics=False, throw=False
+            )
+        )
     )
     sel2, c_traced, t_traced = timed(traced, A)
     assert bool(

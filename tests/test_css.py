@@ -253,3 +253,14 @@ def test_one_driver_rank_is_unit_free_and_matches_select_parameters():
     assert int(sel.k) == int(same.k) == 4
     np.testing.assert_array_equal(np.asarray(sel.perm), np.asarray(same.perm))
     np.testing.assert_allclose(np.asarray(sel.scale), np.linalg.norm(S, axis=0), rtol=1e-12)
+
+
+def test_metrics_off_selects_the_same_columns():
+    rng = np.random.default_rng(6)
+    batch = jnp.asarray(np.stack([random_matrix(rng, 30, 12, cond=1e6) for _ in range(3)]))
+    on = jax.vmap(lambda S: L.column_subset(S, k=5))(batch)
+    off = jax.jit(jax.vmap(lambda S: L.column_subset(S, k=5, metrics=False)))(batch)
+    np.testing.assert_array_equal(np.asarray(on.perm), np.asarray(off.perm))
+    np.testing.assert_allclose(np.asarray(on.R), np.asarray(off.R), rtol=1e-12, atol=1e-12)
+    assert np.all(np.isfinite(np.asarray(on.gamma1))) and np.all(np.isnan(np.asarray(off.gamma1)))
+    assert np.all(np.isnan(np.asarray(off.singular_values)))

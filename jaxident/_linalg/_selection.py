@@ -24,7 +24,8 @@ class Selection(eqx.Module):
     - `scale`: the column norms by which `S` was equilibrated for the rank decision, and
       `decision_singular_values` the singular values `k` was read off: those of the
       equilibrated matrix (rows of a `Sensitivity` first divided by each output's RMS
-      value), so that no change of units of a parameter or an output changes `k`.
+      value), so that no change of units of a parameter or an output changes `k`; NaN
+      where the caller gave `k`.
     - `gamma1`, `gamma2`, `tau`: the accuracy measures of the paper, eqs. (5.1)-(5.3)
       (see `ji.linalg.css_metrics`); `gamma2` is NaN where `sigma_{k+1}` is at rounding
       level or `k = p`.
@@ -112,9 +113,7 @@ class Selection(eqx.Module):
             "identifiable": list(self.identifiable),
             "non_identifiable": list(self.non_identifiable),
             "singular_values": [float(s) for s in np.asarray(self.singular_values)],
-            "decision_singular_values": [
-                float(s) for s in np.asarray(self.decision_singular_values)
-            ],
+            "decision_singular_values": [num(s) for s in np.asarray(self.decision_singular_values)],
             "scale": [float(s) for s in np.asarray(self.scale)],
             "gamma1": num(self.gamma1),
             "gamma2": num(self.gamma2),
