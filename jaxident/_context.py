@@ -41,7 +41,7 @@ def _equinox_checks_as_nan():
     (equinox's `EQX_ON_ERROR=nan`); a user's `EQX_ON_ERROR=breakpoint` is kept."""
     import equinox._errors as eqx_errors
 
-    mode = getattr(eqx_errors, "EQX_ON_ERROR", None)
+    mode = on_error_mode()
     if mode == "raise":
         eqx_errors.EQX_ON_ERROR = "nan"
     try:

@@ -52,12 +52,11 @@ def check_data(data, n_times, n_out):
     return data
 
 
-def box_transform(theta0, lower, upper, bounded):
-    """z -> theta: scaled (theta = s z), or, for parameters with two finite bounds when
-    `bounded`, a sigmoid onto the box: in log-space when both bounds are positive (rate
-    constants spanning decades), `exp(log lo + log(up/lo) sigmoid(z))`, else
-    `lo + (up - lo) sigmoid(z)`."""
-    scale = jnp.where(jnp.abs(theta0) > 0, jnp.abs(theta0), 1.0)
+def box_fraction(theta, lower, upper, bounded):
+    """Where `theta` lies in its box, in the coordinates of `box_transform`: `(frac,
+    box, logbox, lo, width)`, with `frac` in `[0, 1]` from the lower to the upper bound
+    (of `log theta` where both bounds are positive) for the parameters with two finite
+    bounds (`box`) when `bounded`."""
     box = bounded & jnp.isfinite(lower) & jnp.isfinite(upper)
     logbox = box & (lower > 0)
 
@@ -66,7 +65,17 @@ def box_transform(theta0, lower, upper, bounded):
 
     lo = jnp.where(box, warp(lower), 0.0)
     width = jnp.where(box, warp(upper) - lo, 1.0)
-    frac = jnp.clip((warp(theta0) - lo) / width, 1e-6, 1 - 1e-6)
+    return (warp(theta) - lo) / width, box, logbox, lo, width
+
+
+def box_transform(theta0, lower, upper, bounded):
+    """z -> theta: scaled (theta = s z), or, for parameters with two finite bounds when
+    `bounded`, a sigmoid onto the box: in log-space when both bounds are positive (rate
+    constants spanning decades), `exp(log lo + log(up/lo) sigmoid(z))`, else
+    `lo + (up - lo) sigmoid(z)`."""
+    scale = jnp.where(jnp.abs(theta0) > 0, jnp.abs(theta0), 1.0)
+    frac, box, logbox, lo, width = box_fraction(theta0, lower, upper, bounded)
+    frac = jnp.clip(frac, 1e-6, 1 - 1e-6)
     z0 = jnp.where(box, jnp.log(frac) - jnp.log1p(-frac), theta0 / scale)
 
     def to_theta(z):

@@ -314,12 +314,13 @@ def test_at_bound_in_the_coordinates_of_the_box():
     theta = np.array([0.9999, 0.5, -0.9995, 0.9, 1e9])
     ls = SimpleNamespace(bounded=True, lower=lower, upper=upper)
     names = ("a", "b", "c", "d", "e")
-    prob = SimpleNamespace(ls=ls, reestimate_=True, names=names)
+    prob = SimpleNamespace(ls=ls, method=ji.Stepwise(reestimate=True), names=names)
     point = SimpleNamespace(theta=theta)
     # c: (-0.9995 + 1) / 2 = 2.5e-4 of the width from the lower bound
     assert at_bound(prob, point, [0, 1, 2, 3, 4]) == ("a", "c")
     assert at_bound(prob, point, [1, 3]) == ()  # only selected parameters are named
-    assert at_bound(SimpleNamespace(ls=ls, reestimate_=False, names=names), point, [0]) == ()
+    plain = SimpleNamespace(ls=ls, method=ji.Stepwise(), names=names)
+    assert at_bound(plain, point, [0]) == ()
 
 
 # --- an ODE model with real data ---

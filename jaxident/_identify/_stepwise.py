@@ -66,9 +66,6 @@ class _Problem:
             else "given (lower, upper)"
         )  # fmt: skip
         self.ls = LeastSquares.build(model, data, times, theta0, error, bounds, integrator)
-        self.criterion, self.rank = method.criterion, method.rank
-        self.solver, self.max_steps = method.solver, method.max_steps
-        self.reestimate_ = method.reestimate
         params = model.parameters
         self.names = params.names
         self.theta0, self.data, self.sigma = self.ls.theta0, self.ls.data, self.ls.sigma
@@ -107,7 +104,7 @@ class _Problem:
         part of a tested set, and not projected out (they are held, not selected)."""
         S = jnp.where(jnp.asarray(self.candidate_mask)[None, :], point.S, 0.0)
         order, _, eligible, W = rank_and_scale(
-            S, point.theta, self.row_mean, self.sigma, jnp.asarray(selected), self.criterion
+            S, point.theta, self.row_mean, self.sigma, jnp.asarray(selected), self.method.criterion
         )
         elig = np.asarray(eligible) & ~np.asarray(selected) & self.candidate_mask
         return [int(j) for j in np.asarray(order) if elig[j]], W
@@ -115,7 +112,7 @@ class _Problem:
     def reestimate(self, point: _Point, mask) -> tuple[_Point, bool]:
         """Least squares over the parameters in `mask` (`ji.estimate`'s kernel), the
         others held at `point.theta`; returns the new point and whether it converged."""
-        est = self.ls.fit(point.theta, jnp.asarray(mask), self.solver, self.max_steps)
+        est = self.ls.fit(point.theta, jnp.asarray(mask), self.method.solver, self.method.max_steps)
         finite = bool(jnp.all(jnp.isfinite(est.jacobian))) and bool(jnp.isfinite(est.cost))
         S = est.jacobian * self.sigma[:, None]
         new = _Point(est.theta, np.asarray(est.residuals), S, finite)
@@ -126,13 +123,13 @@ class _Problem:
         (success, reason, new point, rank, size, rcond, cost)."""
         mask = np.array(selected, bool)
         mask[list(added)] = True
-        ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.rank)
+        ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.method.rank)
         ok, k, rcond = bool(ok), int(k), float(rcond)
         size = int(mask.sum())
         if not ok:
             reason = f"Fisher matrix singular (rank {k} < {size})"
             return False, reason, point, k, size, rcond, np.nan
-        if not self.reestimate_:
+        if not self.method.reestimate:
             return True, "", point, k, size, rcond, np.nan
         new, converged = self.reestimate(point, mask)
         if not new.ok:
@@ -230,7 +227,6 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
     rel = rel[order] if order else np.zeros(0)
     return StepwiseSelection(
         procedure=procedure,
-        criterion=problem.criterion.name,
         names=problem.names,
         candidates=problem.candidates,
         selected=tuple(problem.names[j] for j in order),
@@ -241,7 +237,6 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
         cost0=cost0,
         history=tuple(history),
         worst_case=worst_case_evaluations(len(problem.candidates)),
-        reestimated=problem.reestimate_,
         at_bound=at_bound(problem, point, order),
         method=problem.method,
         error=problem.error,

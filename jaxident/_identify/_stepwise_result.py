@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._linalg._misc import svdvals
+from .._measurements import box_fraction
 
 
 def worst_case_evaluations(n: int) -> dict[str, int]:
@@ -62,7 +63,8 @@ class StepwiseSelection(eqx.Module):
 
     **Fields:**
 
-    - `procedure`: `"set-by-set"` or `"one-by-one"`; `criterion`: the ranking used.
+    - `procedure`: `"set-by-set"` or `"one-by-one"`; `criterion`: the name of the
+      ranking used (read from `method`).
     - `names`: every parameter of the model; `candidates`: those that could be chosen.
     - `selected`: the identifiable parameters, in the order they were selected.
     - `theta`: the final parameter vector (re-estimated where `reestimate=True`; the
@@ -72,7 +74,8 @@ class StepwiseSelection(eqx.Module):
     - `cost`: the weighted least-squares cost at `theta`; `cost0` at `theta0`.
     - `history`: every `Evaluation`, in order; `n_evaluations`: their number, counted
       here; `worst_case`: `ji.worst_case_evaluations` for the candidates.
-    - `reestimated`, `stop_reason`, `seconds`: whether each success was re-estimated, why
+    - `reestimated` (read from `method`), `stop_reason`, `seconds`: whether each success
+      was re-estimated, why
       the procedure stopped (an interrupted run, Ctrl-C, returns the selection so far and
       says so), and its wall time.
     - `at_bound`: selected parameters whose estimate ended within `1e-3` of the width of
@@ -83,7 +86,6 @@ class StepwiseSelection(eqx.Module):
     """
 
     procedure: str = eqx.field(static=True)
-    criterion: str = eqx.field(static=True)
     names: tuple[str, ...] = eqx.field(static=True)
     candidates: tuple[str, ...] = eqx.field(static=True)
     selected: tuple[str, ...] = eqx.field(static=True)
@@ -94,13 +96,22 @@ class StepwiseSelection(eqx.Module):
     cost0: float
     history: tuple[Evaluation, ...] = eqx.field(static=True)
     worst_case: dict = eqx.field(static=True)
-    reestimated: bool = eqx.field(static=True)
     at_bound: tuple[str, ...] = eqx.field(static=True)
     method: Any
     error: Any
     bounds: str = eqx.field(static=True)
     stop_reason: str = eqx.field(static=True)
     seconds: float
+
+    @property
+    def criterion(self) -> str:
+        """The name of the ranking used (from `method`)."""
+        return self.method.criterion.name
+
+    @property
+    def reestimated(self) -> bool:
+        """Whether each success was re-estimated (from `method`)."""
+        return self.method.reestimate
 
     @property
     def n_evaluations(self) -> int:
@@ -172,20 +183,12 @@ def at_bound(problem, point, order, rel: float = 1e-3) -> tuple[str, ...]:
     in the coordinates of the re-estimation's change of variables (logarithmic where
     both bounds are positive)."""
     ls = problem.ls
-    if not (ls.bounded and problem.reestimate_) or not order:
+    if not (ls.bounded and problem.method.reestimate) or not order:
         return ()
-    th, lo, up = (np.asarray(x, float) for x in (point.theta, ls.lower, ls.upper))
-    box = np.isfinite(lo) & np.isfinite(up)
-    logbox = box & (lo > 0)
-
-    def warp(x):
-        return np.where(logbox, np.log(np.where(logbox, x, 1.0)), x)
-
-    width = np.where(box, warp(up) - warp(lo), 1.0)
-    frac = np.where(
-        box, (warp(np.where(logbox, np.maximum(th, 1e-300), th)) - warp(lo)) / width, 0.5
-    )
-    near = box & ((frac <= rel) | (frac >= 1.0 - rel))
+    th, lo, up = (jnp.asarray(x, float) for x in (point.theta, ls.lower, ls.upper))
+    frac, box, _, _, _ = box_fraction(th, lo, up, True)
+    frac = np.where(np.asarray(box), np.asarray(frac), 0.5)
+    near = (frac <= rel) | (frac >= 1.0 - rel)
     return tuple(problem.names[j] for j in order if near[j])
 
 
