@@ -3,9 +3,7 @@
 
 from collections.abc import Sequence
 
-import diffrax
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
@@ -13,17 +11,11 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_model, check_theta, check_times, n_outputs
 from ._context import callback_free, clean_errors, is_traced
+from ._fit import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._linalg._rank import RelativeTolerance
-from ._measurements import (
-    bounds_of,
-    box_transform,
-    check_data,
-    free_mask,
-    MeasurementError,
-    sigma_of,
-)
+from ._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
 from ._model import AbstractModel, Integrator
-from ._simulate import solve, Trajectory
+from ._simulate import Trajectory
 from ._solvers import LevenbergMarquardt, OptaxLD
 
 
@@ -32,17 +24,17 @@ class Estimate(eqx.Module):
 
     **Fields:** `names`, `theta` (the estimate; held parameters keep their starting
     values), `theta0` (the start), `free` (which parameters were estimated), `residuals`
-    (weighted, at the estimate), `cost` (their sum of squares), `jacobian` (of the
-    weighted residuals with respect to every parameter, held ones included: the
-    weighted sensitivity matrix at the estimate), `steps`, `result` (an
-    `optimistix.RESULTS`: `successful`, `max_steps_reached`, `nonlinear_divergence`),
-    `at_bound` (which parameters ended on a bound).
+    (weighted, at the estimate; NaN where a datum is missing), `cost` (their sum of
+    squares), `jacobian` (of the weighted residuals with respect to every parameter,
+    held ones included: the weighted sensitivity matrix at the estimate), `steps`,
+    `result` (an `optimistix.RESULTS`: `successful`, `nonlinear_max_steps_reached`,
+    `nonlinear_divergence`), `at_bound` (which parameters ended on a bound).
 
-    **Properties:** `ok` (`result == successful`), `message` (why it failed, or ""),
-    `covariance` (`s^2 (J_f^T J_f)^{-1}` over the free columns with
-    `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; zero rows and columns for held
-    parameters; infinite when `J_f` is rank deficient), `std_errors`, `relative_std`
-    (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t).
+    **Properties:** `ok` (`result == successful`), `stopped_at_max_steps`, `message`
+    (why it failed, or ""), `covariance` (`s^2 (J_f^T J_f)^{-1}` over the free columns
+    with `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; zero rows and columns for
+    held parameters; infinite when `J_f` is rank deficient), `std_errors`,
+    `relative_std` (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
@@ -61,6 +53,11 @@ class Estimate(eqx.Module):
         return self.result == optx.RESULTS.successful
 
     @property
+    def stopped_at_max_steps(self) -> Bool[Array, "..."]:
+        """The solver used every step allowed without meeting its convergence test."""
+        return self.result == optx.RESULTS.nonlinear_max_steps_reached
+
+    @property
     def message(self) -> str:
         """Why the estimation failed ("" when it did not); under `vmap`, the first
         failure's reason."""
@@ -68,16 +65,14 @@ class Estimate(eqx.Module):
         if bool(np.all(ok)):
             return ""
         first = int(np.flatnonzero(~ok.reshape(-1))[0])
-        code = int(np.asarray(self.result._value).reshape(-1)[first])
-        return {
-            int(optx.RESULTS.max_steps_reached._value): (
+        if bool(np.asarray(self.stopped_at_max_steps).reshape(-1)[first]):
+            return (
                 "the solver did not converge within max_steps; raise max_steps, start "
                 "closer, or check identifiability"
-            ),
-        }.get(
-            code,
+            )
+        return (
             "the model could not be solved at or near the estimate (NaN or inf "
-            "residuals or sensitivities); start closer or check the integrator",
+            "residuals or sensitivities); start closer or check the integrator"
         )
 
     @property
@@ -155,59 +150,6 @@ class Estimate(eqx.Module):
         return "\n".join(lines)
 
 
-_FAILED_RESIDUAL = 1e8
-
-
-@eqx.filter_jit
-def _fit(model, data, sigma, times, theta0, free, lower, upper, bounded, solver, max_steps, integ):
-    """The estimation kernel: every array an argument, so one compilation serves every
-    start, data set, error model and free-parameter mask of a model."""
-    to_theta, z0 = box_transform(theta0, lower, upper, bounded)
-
-    def outputs(theta):
-        return solve(model, theta, times, integ, diffrax.ForwardMode()).ys.reshape(-1)
-
-    def params(z):
-        return jnp.where(free, to_theta(z), theta0)
-
-    if isinstance(solver, OptaxLD):
-        z, steps, result = solver.minimise(outputs, params, z0, data, sigma, free)
-    else:
-        lm = isinstance(solver, LevenbergMarquardt)
-
-        def residual(z, _):
-            r = (outputs(params(z)) - data) / sigma
-            # ji.LevenbergMarquardt rejects a trial point where the model cannot be
-            # solved; to other solvers such a point must look very bad, not NaN (NaN
-            # would reach their linear solves).
-            return r if lm else jnp.where(jnp.all(jnp.isfinite(r)), r, _FAILED_RESIDUAL)
-
-        options = {"free": free} if lm else None
-        sol = optx.least_squares(
-            residual, solver, z0, options=options, max_steps=max_steps, throw=False
-        )
-        z, steps, result = sol.value, sol.stats["num_steps"], sol.result
-    theta = params(z)
-
-    def weighted(th):
-        r = (outputs(th) - data) / sigma
-        return r, r
-
-    J, r = jax.jacfwd(weighted, has_aux=True)(theta)  # one solve gives both
-    finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(J))
-    result = optx.RESULTS.where(
-        (result == optx.RESULTS.successful) & ~finite, optx.RESULTS.nonlinear_divergence, result
-    )
-    width = upper - lower
-    at_bound = (
-        free
-        & bounded
-        & jnp.isfinite(width)
-        & ((jnp.abs(theta - lower) <= 1e-6 * width) | (jnp.abs(upper - theta) <= 1e-6 * width))
-    )
-    return theta, r, jnp.sum(r**2), J, jnp.asarray(steps), result, at_bound
-
-
 class LeastSquares(eqx.Module):
     """A checked weighted least-squares problem of a model: data, standard deviations,
     times, bounds and integrator. `ji.estimate` builds one per call; the stepwise
@@ -233,6 +175,7 @@ class LeastSquares(eqx.Module):
         data = check_data(data, times.shape[0], n_out)
         traced = is_traced(data, sigma, bounds, theta0)
         sigma = sigma_of(sigma, data, times, n_out, traced)
+        data = jnp.where(jnp.isnan(data), 0.0, data)  # missing: sigma = inf, weight 0
         lower, upper, bounded = bounds_of(model, theta0, bounds, traced)
         integ = model.integrator if integrator is None else integrator
         return cls(model, data, sigma, times, theta0, lower, upper, bounded, integ)
@@ -252,7 +195,7 @@ class LeastSquares(eqx.Module):
         args = (self.model, self.data, self.sigma, self.times, theta0, free, self.lower,
                 self.upper, self.bounded, solver, max_steps, self.integrator)  # fmt: skip
         with callback_free(*args):  # its status is `result`: no check needs a callback
-            theta, r, cost, J, steps, result, at_bound = _fit(*args)
+            theta, r, cost, J, steps, result, at_bound = fit_kernel(*args)
         return Estimate(
             names=self.model.parameters.names,
             theta=theta,
@@ -265,6 +208,30 @@ class LeastSquares(eqx.Module):
             result=result,
             at_bound=at_bound,
         )
+
+    def fit_in_chunks(self, theta0, free, solver: LevenbergMarquardt, max_steps: int,
+                      report=None, chunk: int = 5) -> Estimate:  # fmt: skip
+        """`fit` with `ji.LevenbergMarquardt`, run `chunk` steps at a time from the host:
+        `report(steps, cost)` after each chunk (a progress bar), and a Ctrl-C lands
+        between chunks. The steps are those of `fit`, in three kernels compiled once per
+        model and shapes (`max_steps` is an argument here, not a compile-time constant)."""
+        free = free_mask(self.model, free)
+        theta0 = jnp.asarray(theta0, float)
+        with callback_free(self, theta0, free, solver):
+            z, state = lm_begin(self, theta0, free, solver)
+            steps = jnp.asarray(0)
+            while not bool(state.done | state.failed) and int(steps) < max_steps:
+                until = jnp.asarray(min(int(steps) + chunk, max_steps))
+                z, state, steps = lm_advance(self, theta0, free, solver, z, state, steps, until)
+                if report is not None:
+                    report(int(steps), float(state.cost))
+            out = lm_finish(self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
+        theta, r, cost, J, steps, result, at_bound = out
+        return Estimate(
+            names=self.model.parameters.names, theta=theta, theta0=theta0,
+            free=free, residuals=r, cost=cost, jacobian=J, steps=steps,
+            result=result, at_bound=at_bound,
+        )  # fmt: skip
 
 
 @clean_errors
@@ -289,7 +256,8 @@ def estimate(
 
     - `model`: the model whose `parameters` are estimated.
     - `data`: `(n_times, n_outputs)` measurements (or `(n_times,)` for one output), or a
-      `Trajectory` from `ji.simulate` (its outputs).
+      `Trajectory` from `ji.simulate` (its outputs). NaN marks a missing observation
+      (a species not measured at some time): it is left out of the fit.
     - `times`: their times (default `model.times`).
     - `theta0`: the starting point (default the nominal values).
     - `free`: the parameters to estimate, as names or a boolean mask (default all); the

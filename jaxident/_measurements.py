@@ -11,29 +11,58 @@ from jaxtyping import Array, Float
 from ._simulate import Trajectory
 
 
+def _as_float(x) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
 class MeasurementError(eqx.Module):
     """Measurement standard deviations `sigma_i = relative * |y_i| + absolute`, with
     `y_i` the measured value (Alberton et al. 2013, eq. 26: `sigma = a y + b`).
 
-    **Arguments:** `relative` (`a`, default 0) and `absolute` (`b`, default 1). The
-    paper's E. coli study used `a = 1e-2`, `b = 1e-6`.
+    **Arguments:** `relative` (`a`, default 0) and `absolute` (`b`, default 1): scalars
+    (one error model for every output) or one value per output, `(n_outputs,)` (an
+    error model per measured species). The paper's E. coli study used `a = 1e-2`,
+    `b = 1e-6` for every species.
     """
 
-    relative: float = 0.0
-    absolute: float = 1.0
+    relative: Float[np.ndarray, "*outputs"] = eqx.field(default=0.0, converter=_as_float)
+    absolute: Float[np.ndarray, "*outputs"] = eqx.field(default=1.0, converter=_as_float)
 
     def __check_init__(self):
-        if not (self.relative >= 0 and self.absolute >= 0 and self.relative + self.absolute > 0):
+        a, b = self.relative, self.absolute
+        if a.ndim > 1 or b.ndim > 1:
             raise ValueError(
-                "MeasurementError needs relative >= 0 and absolute >= 0, not both zero; got "
-                f"relative={self.relative}, absolute={self.absolute}."
+                "MeasurementError takes scalars or one value per output (1-D); got shapes "
+                f"{a.shape} and {b.shape}."
+            )
+        ok = np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+        if not (ok and np.all(a >= 0) and np.all(b >= 0) and np.all(a + b > 0)):
+            raise ValueError(
+                "MeasurementError needs finite relative >= 0 and absolute >= 0, not both "
+                f"zero for any output; got relative={a.tolist()}, absolute={b.tolist()}."
             )
 
-    def sigma(self, data: Float[Array, " n"]) -> Float[Array, " n"]:
-        return self.relative * jnp.abs(data) + self.absolute
+    def sigma(self, data: Float[Array, "times outputs"]) -> Float[Array, "times outputs"]:
+        """The standard deviations of `(n_times, n_outputs)` data."""
+        n_out = data.shape[-1]
+        for name, v in (("relative", self.relative), ("absolute", self.absolute)):
+            if v.ndim == 1 and v.shape[0] != n_out:
+                raise ValueError(
+                    f"MeasurementError.{name} has {v.shape[0]} values but the model has "
+                    f"{n_out} outputs: give a scalar or one value per output."
+                )
+        return jnp.asarray(self.relative) * jnp.abs(data) + jnp.asarray(self.absolute)
+
+    def __repr__(self) -> str:
+        def show(v):
+            return f"{float(v):g}" if v.ndim == 0 else "[" + ", ".join(f"{x:g}" for x in v) + "]"
+
+        return f"MeasurementError(relative={show(self.relative)}, absolute={show(self.absolute)})"
 
 
 def check_data(data, n_times, n_out):
+    """Flat, time-major data; NaN marks a missing observation (left out of every fit
+    and Fisher matrix), inf is an error."""
     if isinstance(data, Trajectory):
         data = data.ys
     data = jnp.asarray(data, dtype=float)
@@ -47,8 +76,15 @@ def check_data(data, n_times, n_out):
             f"data has shape {data.shape}; expected ({n_times}, {n_out}) (times x outputs) or "
             f"({rows},) in time-major order."
         )
-    if not isinstance(data, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(data))):
-        raise ValueError("data contains NaN or inf; drop those observations (or times).")
+    if not isinstance(data, jax.core.Tracer):
+        if bool(jnp.any(jnp.isinf(data))):
+            i, j = divmod(int(np.flatnonzero(np.isinf(np.asarray(data)))[0]), n_out)
+            raise ValueError(
+                f"data contains inf (the first at time index {i}, output {j}); mark a "
+                "missing observation with NaN, or drop it."
+            )
+        if not bool(jnp.any(jnp.isfinite(data))):
+            raise ValueError("data has no finite value: every observation is NaN (missing).")
     return data
 
 
@@ -112,20 +148,23 @@ def bounds_of(model, theta0, bounds, traced):
 
 def sigma_of(sigma, data, times, n_out, traced):
     """Flat standard deviations from a scalar, one per output, one per observation, or
-    a `MeasurementError` (computed from the data)."""
+    a `MeasurementError` (computed from the data); `inf` where a datum is missing (NaN),
+    so its weighted residual and sensitivity row are zero."""
     n_times = times.shape[0]
+    missing = jnp.isnan(data)
     if isinstance(sigma, MeasurementError):
-        error, sigma = sigma, sigma.sigma(data)
-        zero = np.flatnonzero(np.asarray(sigma) <= 0) if not traced else ()
+        error = sigma
+        sigma = error.sigma(jnp.where(missing, 0.0, data).reshape(n_times, n_out)).reshape(-1)
+        zero = np.flatnonzero(np.asarray((sigma <= 0) & ~missing)) if not traced else ()
         if len(zero):
             i, j = divmod(int(zero[0]), n_out)
             raise ValueError(
                 f"{error} gives sigma = 0 for {len(zero)} datum(s) equal to 0 (the first at "
                 f"t = {float(times[i]):g}, output {j}): a zero standard deviation makes "
                 "the weighted residual infinite. Give an absolute part, e.g. "
-                f"MeasurementError({error.relative}, 1e-6)."
+                "MeasurementError(relative, 1e-6)."
             )
-        return sigma
+        return jnp.where(missing, jnp.inf, sigma)
     sigma = jnp.asarray(sigma, dtype=float)
     if sigma.shape in ((), (n_out,), (n_times, n_out)):
         sigma = jnp.broadcast_to(sigma, (n_times, n_out)).reshape(-1)
@@ -135,9 +174,10 @@ def sigma_of(sigma, data, times, n_out, traced):
             f"per observation ({n_times}, {n_out}) (times x outputs) or "
             f"({n_times * n_out},), or a ji.MeasurementError."
         )
-    if not traced and not bool(jnp.all(jnp.isfinite(sigma) & (sigma > 0))):
-        raise ValueError("sigma must be positive and finite.")
-    return sigma
+    bad = ~missing & ~(jnp.isfinite(sigma) & (sigma > 0))
+    if not traced and bool(jnp.any(bad)):
+        raise ValueError("sigma must be positive and finite (where a datum is given).")
+    return jnp.where(missing, jnp.inf, sigma)
 
 
 def free_mask(model, free):

@@ -238,6 +238,6 @@ class OptaxLD(eqx.Module):
         init = (z0, state0, jnp.asarray(0), jnp.asarray(jnp.inf))
         z, _, steps, gmax = jax.lax.while_loop(cond, body, init)
         result = optx.RESULTS.where(
-            gmax <= self.gtol, optx.RESULTS.successful, optx.RESULTS.max_steps_reached
+            gmax <= self.gtol, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached
         )
         return z, steps, result

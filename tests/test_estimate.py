@@ -82,8 +82,10 @@ def test_estimate_errors():
     m = ji.models.load("svir")
     with pytest.raises(ValueError, match="data has shape"):
         ji.estimate(m, np.ones((5, 2)))
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with pytest.raises(ValueError, match="every observation is NaN"):
         ji.estimate(m, np.full(31, np.nan))
+    with pytest.raises(ValueError, match="data contains inf"):
+        ji.estimate(m, np.full(31, np.inf))
     with pytest.raises(ValueError, match="sigma"):
         ji.estimate(m, np.ones(31), sigma=-1.0)
     with pytest.raises(TypeError, match="solver"):

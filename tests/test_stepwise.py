@@ -284,7 +284,7 @@ def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monke
     from jaxident._identify import _stepwise
 
     calls = []
-    evaluate = _stepwise._Problem.evaluate
+    evaluate = _stepwise.StepwiseProblem.evaluate
 
     def interrupting(self, *args):
         calls.append(1)
@@ -292,7 +292,7 @@ def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monke
             raise KeyboardInterrupt
         return evaluate(self, *args)
 
-    monkeypatch.setattr(_stepwise._Problem, "evaluate", interrupting)
+    monkeypatch.setattr(_stepwise.StepwiseProblem, "evaluate", interrupting)
     with pytest.warns(UserWarning, match="interrupted after 2 evaluations"):
         part = ji.set_by_set(m, data, theta0=theta0, error=err, method=method, progress=False)
     assert part.stop_reason.startswith("interrupted") and part.n_evaluations == 2
@@ -358,8 +358,13 @@ def test_clear_errors(linear):
         ji.set_by_set(m, data, candidates=["theta99"], progress=False)
     with pytest.raises(ValueError, match="data has shape"):
         ji.set_by_set(m, np.zeros(7), progress=False)
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with pytest.raises(ValueError, match="every observation is NaN"):
         ji.set_by_set(m, np.full(32, np.nan), progress=False)
+    with pytest.raises(ValueError, match="data contains inf.*time index 3"):
+        ji.set_by_set(m, data.at[3].set(jnp.inf), progress=False)
+    with pytest.raises(ValueError, match="MeasurementError.relative has 2 values but the "
+                       "model has 1 outputs"):  # fmt: skip
+        ji.set_by_set(m, data, error=ji.MeasurementError([0.1, 0.1], 1.0), progress=False)
     # (under the tests' jaxtyping hook the annotation check answers first; both name it)
     with pytest.raises(TypeError, match="criterion"):
         ji.set_by_set(m, data, method=ji.Stepwise(criterion="yao"), progress=False)
@@ -372,7 +377,11 @@ def test_clear_errors(linear):
     with pytest.raises(ValueError, match="outside the bounds"):
         ji.set_by_set(m, data, theta0=np.full(961, 5000.0), progress=False)
     assert "**Arguments:**" in ji.set_by_set.__doc__ and "ji.Stepwise" in ji.one_by_one.__doc__
-    with pytest.raises(ValueError, match="not both zero"):
+    with pytest.raises(ValueError, match="not both\nzero|not both zero"):
         ji.MeasurementError(0.0, 0.0)
+    with pytest.raises(ValueError, match="not both"):
+        ji.MeasurementError([0.1, 0.0], [1.0, 0.0])
+    with pytest.raises(TypeError, match="accept_unconverged"):
+        ji.Stepwise(accept_unconverged=1)
     with pytest.raises(ValueError, match="experiment indices"):
         ji.simulate(m, times=[0.5, 1.0])

@@ -3,167 +3,80 @@ search) procedure of Alberton, Alberton, Di Maggio, Diaz & Secchi (2013) and the
 classical one-by-one procedure it accelerates."""
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike
+from jaxtyping import ArrayLike
 
 from .._context import clean_errors
-from .._estimate import LeastSquares
 from .._measurements import MeasurementError
 from .._model import AbstractModel, Integrator
-from .._sensitivity import sensitivity
 from .._simulate import Trajectory
 from ._stepwise_method import Stepwise
+from ._stepwise_problem import StepwiseProblem
 from ._stepwise_result import (
     at_bound,
     Evaluation,
-    fisher_test,
-    rank_and_scale,
     relative_std,
+    resume_state,
+    save_checkpoint,
     StepwiseSelection,
     worst_case_evaluations,
 )
 
 
-# --- the procedures ---
-
-
-class _Point(NamedTuple):
-    """The model at one parameter vector: weighted residuals and sensitivities."""
-
-    theta: Array
-    residual: np.ndarray
-    S: Array
-    ok: bool
-
-    @property
-    def cost(self) -> float:
-        return float(self.residual @ self.residual) if self.ok else np.inf
-
-
-class _Problem:
-    """Everything a stepwise procedure needs, checked once; the loop itself is plain
-    Python (its control flow depends on the outcomes) around two compiled kernels: the
-    sensitivity matrix at the start, and `ji.estimate`'s kernel for every
-    re-estimation (one compilation for every candidate set: the set is a mask)."""
-
-    def __init__(self, model, data, times, theta0, error, candidates, bounds, method, integrator):
-        if not isinstance(method, Stepwise):
-            raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
-        if not isinstance(error, MeasurementError):
-            raise TypeError(
-                f"error must be a ji.MeasurementError(relative, absolute), got {error!r}."
-            )
-        self.method, self.error = method, error
-        self.bounds_text = (
-            "the model's bounds" if bounds is True
-            else "none" if bounds is False or bounds is None
-            else "given (lower, upper)"
-        )  # fmt: skip
-        self.ls = LeastSquares.build(model, data, times, theta0, error, bounds, integrator)
-        params = model.parameters
-        self.names = params.names
-        self.theta0, self.data, self.sigma = self.ls.theta0, self.ls.data, self.ls.sigma
-        n_out = self.data.size // self.ls.times.shape[0]
-        per_output = jnp.mean(jnp.abs(self.data.reshape(-1, n_out)), axis=0)
-        per_output = jnp.where(per_output > 0, per_output, 1.0)
-        self.row_mean = jnp.tile(per_output, self.ls.times.shape[0])
-        if candidates is None:
-            cand = tuple(range(params.p))
-        else:
-            if isinstance(candidates, str):
-                candidates = (candidates,)
-            cand = tuple(sorted(set(params.indices(tuple(candidates)))))
-            if not cand:
-                raise ValueError("candidates is empty.")
-        self.candidate_mask = np.zeros(params.p, bool)
-        self.candidate_mask[list(cand)] = True
-        self.candidates = tuple(self.names[i] for i in cand)
-
-    def start(self) -> _Point:
-        ls = self.ls
-        sens = sensitivity(ls.model, ls.theta0, ls.times, integrator=ls.integrator, throw=False)
-        r = (np.asarray(sens.outputs) - np.asarray(self.data)) / np.asarray(self.sigma)
-        point = _Point(self.theta0, r, sens.matrix, bool(sens.ok))
-        if not point.ok:
-            raise RuntimeError(
-                f"The sensitivity matrix of {type(ls.model).__name__} could not be computed "
-                "at theta0 (the model solve failed or gave NaN). Check theta0 and the "
-                "integrator's tolerances and max_steps."
-            )
-        return point
-
-    def assess(self, point: _Point, selected):
-        """The ranked eligible candidates at `point`, and the weighted columns `W`.
-        Parameters outside the candidate set get zero columns: never ranked, never
-        part of a tested set, and not projected out (they are held, not selected)."""
-        S = jnp.where(jnp.asarray(self.candidate_mask)[None, :], point.S, 0.0)
-        order, _, eligible, W = rank_and_scale(
-            S, point.theta, self.row_mean, self.sigma, jnp.asarray(selected), self.method.criterion
-        )
-        elig = np.asarray(eligible) & ~np.asarray(selected) & self.candidate_mask
-        return [int(j) for j in np.asarray(order) if elig[j]], W
-
-    def reestimate(self, point: _Point, mask) -> tuple[_Point, bool]:
-        """Least squares over the parameters in `mask` (`ji.estimate`'s kernel), the
-        others held at `point.theta`; returns the new point and whether it converged."""
-        est = self.ls.fit(point.theta, jnp.asarray(mask), self.method.solver, self.method.max_steps)
-        finite = bool(jnp.all(jnp.isfinite(est.jacobian))) and bool(jnp.isfinite(est.cost))
-        S = est.jacobian * self.sigma[:, None]
-        new = _Point(est.theta, np.asarray(est.residuals), S, finite)
-        return new, bool(est.ok)
-
-    def evaluate(self, point: _Point, W, selected, added):
-        """Test `selected + added`; with re-estimation, also re-estimate it. Returns
-        (success, reason, new point, rank, size, rcond, cost)."""
-        mask = np.array(selected, bool)
-        mask[list(added)] = True
-        ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.method.rank)
-        ok, k, rcond = bool(ok), int(k), float(rcond)
-        size = int(mask.sum())
-        if not ok:
-            reason = f"Fisher matrix singular (rank {k} < {size})"
-            return False, reason, point, k, size, rcond, np.nan
-        if not self.method.reestimate:
-            return True, "", point, k, size, rcond, np.nan
-        new, converged = self.reestimate(point, mask)
-        if not new.ok:
-            return False, "re-estimation failed (model solve)", point, k, size, rcond, np.nan
-        if new.cost > point.cost * (1 + 1e-10):
-            reason = "re-estimation did not reduce the cost"
-            return False, reason, point, k, size, rcond, point.cost
-        reason = "" if converged else "(re-estimation stopped at max_steps)"
-        return True, reason, new, k, size, rcond, new.cost
-
-
-def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection:
+def _run(problem: StepwiseProblem, procedure: str, progress: bool, checkpoint, resume):
     from tqdm.auto import tqdm
 
     p = len(problem.names)
     t_start = time.perf_counter()
-    point = problem.start()
-    cost0 = point.cost
     selected = np.zeros(p, bool)
     order: list[int] = []
     history: list[Evaluation] = []
-    bar = tqdm(desc=procedure, unit="eval", disable=not progress)
+    if resume is None:
+        point = problem.start()
+        cost0 = point.cost
+    else:  # from the last accepted point; the interrupted round is made again
+        saved = resume_state(resume, problem, procedure)
+        order = [problem.names.index(n) for n in saved.selected]
+        selected[order] = True
+        history = list(saved.history)
+        point = problem.at(saved.theta)
+        cost0 = saved.cost0
+    bar = tqdm(desc=procedure, unit="eval", disable=not progress, initial=len(history))
     ranked, W = problem.assess(point, selected)
     stop = ""
 
-    def record(added, ok, reason, k, size, rcond, cost, t0):
+    def report(steps, cost):  # inside a re-estimation
+        bar.set_postfix_str(f"selected {int(selected.sum())}, fit step {steps}, cost {cost:.6g}")
+
+    def evaluate(added):
+        t0 = time.perf_counter()
+        out = problem.evaluate(point, W, selected, added, report)
+        names = tuple(problem.names[j] for j in added)
         history.append(
             Evaluation(
-                tuple(problem.names[j] for j in added), ok, reason, k, size, rcond, cost,
+                names,
+                out.success,
+                out.reason,
+                out.rank,
+                out.size,
+                out.rcond,
+                out.cost,
                 time.perf_counter() - t0,
-            )
-        )  # fmt: skip
+                out.steps,
+            )  # fmt: skip
+        )
         bar.update(1)
-        bar.set_postfix(selected=int(selected.sum()) + (len(added) if ok else 0))
+        bar.set_postfix_str(f"selected {int(selected.sum()) + (len(added) if out.success else 0)}")
+        if checkpoint is not None:
+            chosen = order + list(added) if out.success else order
+            save_checkpoint(checkpoint, problem, procedure, chosen, out.point.theta, cost0, history)
+        return out
 
     try:
         while True:
@@ -177,28 +90,18 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
             accepted = None
             if procedure == "set-by-set":
                 a = math.ceil(len(ranked) / 2)
-                while True:
-                    t0 = time.perf_counter()
-                    added = ranked[:a]
-                    ok, reason, new, k, size, rcond, cost = problem.evaluate(
-                        point, W, selected, added
-                    )
-                    record(added, ok, reason, k, size, rcond, cost, t0)
-                    if ok:
-                        accepted = (added, new)
-                        break
-                    if a == 1:
+                while accepted is None:
+                    out = evaluate(ranked[:a])
+                    if out.success:
+                        accepted = (ranked[:a], out.point)
+                    elif a == 1:
                         break
                     a = math.ceil(a / 2)
             else:
                 for j in ranked:
-                    t0 = time.perf_counter()
-                    ok, reason, new, k, size, rcond, cost = problem.evaluate(
-                        point, W, selected, [j]
-                    )
-                    record([j], ok, reason, k, size, rcond, cost, t0)
-                    if ok:
-                        accepted = ([j], new)
+                    out = evaluate([j])
+                    if out.success:
+                        accepted = ([j], out.point)
                         break
             if accepted is None:
                 stop = (
@@ -207,17 +110,16 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
                     else "no further parameter can be added"
                 )
                 break
-            added, new = accepted
+            added, point = accepted
             selected[added] = True
             order.extend(added)
-            point = new
             ranked, W = problem.assess(point, selected)
     except KeyboardInterrupt:
         # Ctrl-C: the selection so far, every evaluation made, at the last accepted point
         stop = "interrupted (KeyboardInterrupt): the selection so far"
         warnings.warn(
             f"{procedure} interrupted after {len(history)} evaluations; returning the "
-            f"{len(order)} parameters selected so far.",
+            f"{len(order)} parameters selected so far (pass it as resume= to go on).",
             stacklevel=3,
         )
     finally:
@@ -243,6 +145,7 @@ def _run(problem: _Problem, procedure: str, progress: bool) -> StepwiseSelection
         bounds=problem.bounds_text,
         stop_reason=stop,
         seconds=time.perf_counter() - t_start,
+        fingerprint=problem.fingerprint,
     )
 
 
@@ -251,12 +154,14 @@ _DOC_ARGS = """
 
     - `model`: any jaxident model (ODE, DAE or `AlgebraicModel`).
     - `data`: the measurements, `(n_times, n_outputs)` (or `(n_times,)`, or a
-      `Trajectory`).
+      `Trajectory`); NaN marks a missing observation (no weight in the fits and the
+      Fisher matrices).
     - `times`: their times (default `model.times`).
     - `theta0`: the initial estimates (default: the nominal values). The selection
       depends on them (the paper's cases a.1 and a.2); with re-estimation, less.
     - `error`: `ji.MeasurementError(relative, absolute)`, `sigma = a |y| + b` (eq. 26),
-      which weights the Fisher matrix and the re-estimation.
+      which weights the Fisher matrix and the re-estimation; `a` and `b` are scalars or
+      one value per output (an error model per measured species).
     - `candidates`: names of the parameters that may be selected (default all); the
       others are held.
     - `bounds`: `True` (the model's bounds, default), `False`, or `(lower, upper)`,
@@ -266,7 +171,14 @@ _DOC_ARGS = """
       re-estimated (default `ji.Stepwise()`: orthogonalization ranking, no
       re-estimation).
     - `integrator`: solver and tolerances of the model (default the model's).
-    - `progress`: a progress bar over evaluations.
+    - `progress`: a progress bar over evaluations, showing the step and cost of a
+      re-estimation while it runs.
+    - `checkpoint`: a JSON file written after every evaluation (the selection so far,
+      the current estimates and the history), to `resume` from after a crash.
+    - `resume`: a `StepwiseSelection` returned by an interrupted run (Ctrl-C returns the
+      selection so far) or a `checkpoint` file: the run goes on from its last accepted
+      step (the unfinished round is made again) and ends where an uninterrupted run
+      would. It must come from the same problem and settings (checked).
 
     **Returns:** a `StepwiseSelection`, with the evaluations counted and timed.
 
@@ -277,11 +189,13 @@ _DOC_ARGS = """
 
 
 def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, method,
-              integrator, progress):  # fmt: skip
-    problem = _Problem(
+              integrator, progress, checkpoint, resume):  # fmt: skip
+    problem = StepwiseProblem(
         model, data, times, theta0, error, candidates, bounds, method, integrator
     )  # fmt: skip
-    return _run(problem, procedure, progress)
+    if checkpoint is not None:
+        checkpoint = os.fspath(checkpoint)
+    return _run(problem, procedure, progress, checkpoint, resume)
 
 
 @clean_errors
@@ -297,6 +211,8 @@ def set_by_set(
     method: Stepwise = Stepwise(),
     integrator: Integrator | None = None,
     progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+    resume: StepwiseSelection | str | os.PathLike | None = None,
 ) -> StepwiseSelection:
     """Set-by-set parameter selection by binary search (Alberton et al. 2013, Fig. 4).
 
@@ -308,7 +224,7 @@ def set_by_set(
     best-ranked one fails. Against the classical one-by-one procedure (`ji.one_by_one`)
     this needs far fewer evaluations (eqs. 4-5, `ji.worst_case_evaluations`).
     """
-    args = (theta0, error, candidates, bounds, method, integrator, progress)
+    args = (theta0, error, candidates, bounds, method, integrator, progress, checkpoint, resume)
     return _stepwise("set-by-set", model, data, times, *args)
 
 
@@ -325,6 +241,8 @@ def one_by_one(
     method: Stepwise = Stepwise(),
     integrator: Integrator | None = None,
     progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+    resume: StepwiseSelection | str | os.PathLike | None = None,
 ) -> StepwiseSelection:
     """The classical one-by-one selection (Alberton et al. 2013, Fig. 1 and eq. 5), the
     baseline of `ji.set_by_set`: rank the parameters not yet selected and try adding
@@ -332,7 +250,7 @@ def one_by_one(
     (and, with re-estimation, re-estimates) is kept for good, and the rest are
     re-ranked. Stop when no remaining parameter can be added.
     """
-    args = (theta0, error, candidates, bounds, method, integrator, progress)
+    args = (theta0, error, candidates, bounds, method, integrator, progress, checkpoint, resume)
     return _stepwise("one-by-one", model, data, times, *args)
 
 

@@ -32,8 +32,15 @@ class Stepwise(eqx.Module):
       Jacobian between computed ones) or any optimistix least-squares solver. Every
       re-estimation runs `ji.estimate`'s compiled kernel with the candidate set as a
       mask, so the model is compiled once for the whole selection.
-    - `max_steps`: the re-estimation's iteration cap (a capped re-estimation that still
-      lowers the cost counts as a success, noted in the history).
+    - `max_steps`: the re-estimation's iteration cap.
+    - `accept_unconverged`: whether a re-estimation that used all `max_steps` without
+      meeting the solver's convergence test may still count as a success (when it
+      lowered the cost and the Fisher test passes at its end; noted in the history).
+      Default False: it is a failure, and the set is halved.
+
+    With re-estimation, a step succeeds only if the Fisher matrix of the set is
+    invertible at the current values, the re-estimation converges and lowers the cost,
+    and the Fisher matrix is still invertible at the re-estimated values.
     """
 
     criterion: AbstractRankingCriterion = Orthogonalization()
@@ -41,6 +48,7 @@ class Stepwise(eqx.Module):
     reestimate: bool = eqx.field(default=False, static=True)
     solver: optx.AbstractLeastSquaresSolver = LevenbergMarquardt(rtol=1e-6, updates=10)
     max_steps: int = eqx.field(default=100, static=True)
+    accept_unconverged: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         if not isinstance(self.criterion, AbstractRankingCriterion):
@@ -57,7 +65,8 @@ class Stepwise(eqx.Module):
                 "solver must be ji.LevenbergMarquardt() or an optimistix least-squares "
                 f"solver, got {self.solver!r}."
             )
-        if not isinstance(self.reestimate, bool):
-            raise TypeError(f"reestimate must be True or False, got {self.reestimate!r}.")
+        for name in ("reestimate", "accept_unconverged"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if not isinstance(self.max_steps, int) or self.max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {self.max_steps!r}.")

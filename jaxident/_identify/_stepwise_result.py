@@ -2,7 +2,9 @@
 calls: the ranking on the scaled sensitivities, the invertibility test and the relative
 standard deviations (Alberton et al. 2013, eqs. 1-5)."""
 
+import json
 import math
+import os
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -46,6 +48,8 @@ class Evaluation(NamedTuple):
     - `cost`: weighted least-squares cost after the evaluation (NaN without
       re-estimation).
     - `seconds`: wall time of the evaluation.
+    - `steps`: iterations of its re-estimation (0 without one); each solves the model
+      once, and a computed Jacobian a few times more.
     """
 
     added: tuple[str, ...]
@@ -56,6 +60,7 @@ class Evaluation(NamedTuple):
     rcond: float
     cost: float
     seconds: float
+    steps: int = 0
 
 
 class StepwiseSelection(eqx.Module):
@@ -82,7 +87,8 @@ class StepwiseSelection(eqx.Module):
       their box from a bound (on a log scale where both bounds are positive): their
       `relative_std` is not that of a free parameter.
     - `method` (the `ji.Stepwise` settings), `error` (the `ji.MeasurementError`),
-      `bounds`: every setting of the run, recorded.
+      `bounds`: every setting of the run, recorded; `fingerprint`: a digest of the
+      problem (data, errors, times, start, bounds, candidates), which `resume` checks.
     """
 
     procedure: str = eqx.field(static=True)
@@ -102,6 +108,7 @@ class StepwiseSelection(eqx.Module):
     bounds: str = eqx.field(static=True)
     stop_reason: str = eqx.field(static=True)
     seconds: float
+    fingerprint: str = eqx.field(static=True, default="")
 
     @property
     def criterion(self) -> str:
@@ -152,6 +159,7 @@ class StepwiseSelection(eqx.Module):
             "bounds": self.bounds,
             "stop_reason": self.stop_reason,
             "seconds": self.seconds,
+            "fingerprint": self.fingerprint,
             "history": [e._asdict() for e in self.history],
         }
 
@@ -190,6 +198,90 @@ def at_bound(problem, point, order, rel: float = 1e-3) -> tuple[str, ...]:
     frac = np.where(np.asarray(box), np.asarray(frac), 0.5)
     near = (frac <= rel) | (frac >= 1.0 - rel)
     return tuple(problem.names[j] for j in order if near[j])
+
+
+# --- checkpoints: the state a resumed run starts from ---
+
+_CHECKPOINT_KEY = "jaxident stepwise checkpoint"
+
+
+class Saved(NamedTuple):
+    """A run's state after its last accepted step."""
+
+    selected: tuple[str, ...]
+    theta: np.ndarray
+    cost0: float
+    history: tuple[Evaluation, ...]
+
+
+def _settings(problem, procedure) -> dict:
+    return {
+        "procedure": procedure,
+        "fingerprint": problem.fingerprint,
+        "method": repr(problem.method),
+        "error": repr(problem.error),
+        "bounds": problem.bounds_text,
+    }
+
+
+def save_checkpoint(path, problem, procedure, order, theta, cost0, history):
+    """Write the run's state to `path` (JSON, replaced atomically: a crash while writing
+    leaves the previous checkpoint)."""
+    state = {
+        _CHECKPOINT_KEY: 1,
+        **_settings(problem, procedure),
+        "selected": [problem.names[j] for j in order],
+        "theta": np.asarray(theta, float).tolist(),  # repr floats: read back exactly
+        "cost0": float(cost0),
+        "history": [e._asdict() for e in history],
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+def resume_state(resume, problem, procedure) -> Saved:
+    """The state to go on from: a `StepwiseSelection` or a checkpoint file, checked
+    against this problem and its settings; the history is cut after its last success
+    (a round ends with a success, so the unfinished round is made again)."""
+    want = _settings(problem, procedure)
+    if isinstance(resume, StepwiseSelection):
+        have = {
+            "procedure": resume.procedure,
+            "fingerprint": resume.fingerprint,
+            "method": repr(resume.method),
+            "error": repr(resume.error),
+            "bounds": resume.bounds,
+        }
+        saved = Saved(resume.selected, np.asarray(resume.theta), resume.cost0, resume.history)
+    elif isinstance(resume, (str, os.PathLike)):
+        try:
+            with open(resume) as f:
+                state = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"Cannot read the checkpoint {os.fspath(resume)!r}: {e}") from e
+        if not isinstance(state, dict) or state.get(_CHECKPOINT_KEY) != 1:
+            raise ValueError(f"{os.fspath(resume)!r} is not a jaxident stepwise checkpoint.")
+        have = {k: state.get(k) for k in want}
+        history = tuple(Evaluation(**{**e, "added": tuple(e["added"])}) for e in state["history"])
+        saved = Saved(tuple(state["selected"]), np.asarray(state["theta"], float),
+                      float(state["cost0"]), history)  # fmt: skip
+    else:
+        raise TypeError(
+            "resume must be a StepwiseSelection from an interrupted run or the path of a "
+            f"checkpoint file, got {type(resume).__name__}."
+        )
+    differ = [k for k in want if have[k] != want[k]]
+    if differ:
+        detail = "; ".join(f"{k}: {have[k]!r} here {want[k]!r}" for k in differ)
+        raise ValueError(
+            "resume comes from a different problem or different settings, so it cannot be "
+            f"continued ({detail}). Run with the same data, error model, start, bounds, "
+            "candidates and method."
+        )
+    last = max((i for i, e in enumerate(saved.history) if e.success), default=-1)
+    return saved._replace(history=saved.history[: last + 1])
 
 
 # --- the jitted pieces: one compilation per model, data shape and configuration ---
