@@ -271,6 +271,44 @@ def test_linear_reestimation_matches_least_squares(linear):
     assert obo.n_evaluations == 31 and list(obo.selected) == list(res.selected)
 
 
+def test_table_1_cannot_come_from_the_papers_text():
+    """Table 1's re-estimates (case b.2) are not reproducible from section 5.1: held at 1,
+    the cross terms of any regular two-level orthogonal design shift each main effect by
+    an integer (+-1 per aliased term; an even one for ordered pairs), identical for every
+    main effect with the design's own signs, and by -45.1 for every one with Taguchi's
+    1/2 level numbers. The table's shifts vary from -1.7 to 9.1 and lie 0.29 (RMS) from
+    the nearest integer: more than 3 standard errors (0.5 / sqrt(32) = 0.088) for the
+    noise the text states. The shift of our model is -30, as re-estimation finds (see
+    `test_linear_reestimation_matches_least_squares`)."""
+    from jaxident.models._linear import (
+        aliasing_shift,
+        cross_terms,
+        orthogonal_design,
+        TABLE_1_ESTIMATES,
+    )
+
+    k = np.arange(1, 32)
+    paper = TABLE_1_ESTIMATES - 5.0 * k
+    se = 0.5 / np.sqrt(32)
+    assert paper.min() < -1.5 and paper.max() > 9 and abs(paper.mean() - 3.87) < 0.01
+    assert np.sqrt(np.mean((paper - np.round(paper)) ** 2)) > 3 * se
+    ordered = cross_terms(31)
+    assert len(ordered) == 930 and len(cross_terms(31, literal=True)) == 930
+    for taguchi in (False, True):
+        X = orthogonal_design(5, taguchi)
+        np.testing.assert_allclose(aliasing_shift(X, ordered), -30.0, atol=1e-9)
+        np.testing.assert_allclose(aliasing_shift(1.5 - X / 2, ordered), -45.107142857, atol=1e-6)
+        # the literal range of eq. 7 (squares included): -29, and -30 for factor 31
+        literal = aliasing_shift(X, cross_terms(31, literal=True))
+        np.testing.assert_allclose(literal, [-29.0] * 30 + [-30.0], atol=1e-9)
+    # any other sign convention for the columns: even integers, never the table's values
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        shift = aliasing_shift(orthogonal_design(5) * rng.choice([-1.0, 1.0], 31), ordered)
+        np.testing.assert_allclose(shift, 2 * np.round(shift / 2), atol=1e-9)
+        assert np.sqrt(np.mean((paper - shift) ** 2)) > 3
+
+
 def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monkeypatch):
     m, data = linear
     theta0 = m.initial_estimates("increasing")

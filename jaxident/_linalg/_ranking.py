@@ -8,6 +8,10 @@ parameters) and a boolean mask of the parameters already selected, and returns
 - `scores`: one dimensionless score per column, larger is better, `-inf` for the
   selected ones. A parameter whose score is not above the criterion's `cutoff` is not
   a candidate: its effect is negligible, or already explained by the selected ones.
+  The default cutoff, `1e-8`, is about the square root of float64's machine epsilon:
+  a column whose (orthogonal) part is below it relative to the largest column adds
+  less than `eps` to the Fisher matrix `B^T B` relative to its largest entry, so the
+  Fisher test could not tell it from rounding.
 
 Pure `jax.numpy`; jittable and vmappable.
 """

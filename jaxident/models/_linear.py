@@ -13,10 +13,12 @@ from .._model import AlgebraicModel
 from .._parameters import Parameters
 
 
-def orthogonal_design(log2_runs: int = 5) -> np.ndarray:
+def orthogonal_design(log2_runs: int = 5, taguchi: bool = False) -> np.ndarray:
     """The saturated two-level orthogonal design with `2**m` runs and `2**m - 1` factors
     (Taguchi's L32 for `m = 5`), coded -1/+1, built as a Sylvester-Hadamard matrix:
     factor `a` (a nonzero m-bit vector) takes the level `(-1)^(a . u)` in run `u`.
+    `taguchi=True` orders the factors as Taguchi's tables do (factors 1, 2, 4, 8, 16
+    are the basic columns, the first the slowest; the factor index bit-reversed).
 
     Every column is balanced and the columns are mutually orthogonal. The product of
     two columns is again a column (`x_a x_b = x_{a xor b}`), so in this design every
@@ -24,13 +26,43 @@ def orthogonal_design(log2_runs: int = 5) -> np.ndarray:
     """
     runs = np.arange(2**log2_runs)
     factors = np.arange(1, 2**log2_runs)
+    if taguchi:
+        factors = np.array([int(f"{a:0{log2_runs}b}"[::-1], 2) for a in factors])
     bits = np.bitwise_and(runs[:, None], factors[None, :])
     parity = np.array([bin(int(b)).count("1") % 2 for b in bits.ravel()]).reshape(bits.shape)
     return 1.0 - 2.0 * parity
 
 
+# Alberton et al. (2013), Table 1, case b.2: the re-estimated main effects theta_1 ...
+# theta_31 (case b.1 lists the same values in its selection order).
+TABLE_1_ESTIMATES = np.array([
+    14.1113, 13.8686, 17.6081, 23.0792, 26.5707, 31.0258, 39.2003, 45.6158, 46.3685,
+    57.3666, 63.0269, 64.8253, 72.3390, 68.5984, 76.4169, 86.7994, 85.0125, 88.3366,
+    103.921, 104.095, 108.222, 115.398, 123.449, 120.687, 129.384, 134.280, 138.824,
+    145.181, 144.396, 152.752, 159.265,
+])  # fmt: skip
+
+
+def cross_terms(n_factors: int = 31, literal: bool = False) -> tuple[tuple[int, int], ...]:
+    """The cross terms `(i, j)` (0-based) of eq. 7: the ordered pairs `i != j` (our
+    reading, `n (n - 1)` terms, the paper's count of 930), or with `literal=True` the
+    range the equation writes, `i = 1..n-1`, `j = 1..n` (squares `x_i^2` included)."""
+    if literal:
+        return tuple((i, j) for i in range(n_factors - 1) for j in range(n_factors))
+    return tuple((i, j) for i in range(n_factors) for j in range(n_factors) if i != j)
+
+
+def aliasing_shift(design: np.ndarray, pairs, held: float = 1.0) -> np.ndarray:
+    """How far each main-effect estimate moves when the cross terms `pairs` are held at
+    `held` instead of their true 0 (least squares on the main effects, noise-free): the
+    bias the paper attributes its Table 1 to."""
+    X = np.asarray(design, float)
+    held_part = held * sum(X[:, i] * X[:, j] for i, j in pairs)
+    return np.linalg.lstsq(X, -held_part, rcond=None)[0]
+
+
 N_FACTORS = 31
-_PAIRS = tuple((i, j) for i in range(N_FACTORS) for j in range(N_FACTORS) if i != j)
+_PAIRS = cross_terms(N_FACTORS)
 _NAMES = tuple(f"theta{k + 1}" for k in range(N_FACTORS)) + tuple(
     f"theta{i + 1}_{j + 1}" for i, j in _PAIRS
 )
