@@ -3,13 +3,16 @@
 - float64 (`jax_enable_x64`): identifiability is decided in ill-conditioned matrices.
   Set `JAXIDENT_X64=0` before the import to opt out.
 - A persistent compilation cache, so that a second Python process loads the compiled
-  kernels instead of compiling them again: in `$XDG_CACHE_HOME/jaxident/jax` (default
-  `~/.cache/jaxident/jax`), unless JAX's own `jax_compilation_cache_dir` (or the
+  kernels instead of compiling them again: in `$XDG_CACHE_HOME/jaxident/compiled`
+  (default `~/.cache/jaxident/compiled`), unless JAX's own `jax_compilation_cache_dir` (or the
   environment variable `JAX_COMPILATION_CACHE_DIR`) is set. `JAXIDENT_CACHE=DIR` chooses
   another folder, `JAXIDENT_CACHE=0` turns it off. Every compiled program is kept, not
   only those that took over a second (`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` set in
   the environment wins). JAX stores only programs without host callbacks: the sweeps,
-  and the entry points whose checks are made on the host (`_context.run_kernel`).
+  and the entry points whose checks are made on the host (`_context.run_kernel`). The
+  cache is bounded at 1 GiB (least recently used entries go first), which also makes JAX
+  lock it, so that processes sharing it never read an entry another one is writing
+  (`JAX_COMPILATION_CACHE_MAX_SIZE` set in the environment wins).
 """
 
 import os
@@ -28,7 +31,9 @@ def _default_cache_dir() -> str | None:
     if setting:
         return setting
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jaxident", "jax")
+    # (not the unbounded cache of earlier versions, `jaxident/jax`: its entries lack the
+    # access times that a bounded cache keeps for each entry)
+    return os.path.join(base, "jaxident", "compiled")
 
 
 def _enable_cache() -> None:
@@ -46,6 +51,12 @@ def _enable_cache() -> None:
         # Keep the small programs too (JAX's default keeps those over 1 s): a second
         # process then compiles nothing at all, which saves about 0.6 s on lserc.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+        # JAX writes a cache entry in place; without a size bound it takes no lock, and
+        # a second process (a pytest worker, another notebook) that compiles the same
+        # program at that moment reads half a file and crashes. A bounded cache locks
+        # every read and write (and evicts the least recently used entries past 1 GiB).
+        jax.config.update("jax_compilation_cache_max_size", 2**30)
 
 
 _enable_cache()

@@ -109,7 +109,8 @@ _SECOND_PROCESS = textwrap.dedent(
     xs = ji.latin_hypercube(jax.random.key(0), m.parameters, 8)
     res = ji.sweep(lambda th: ji.sensitivity_matrix(m, th), xs, batch_size=8, progress=False)
     print(json.dumps({"hits": len(hits), "sum": float(res.values.sum()),
-                      "cache": jax.config.jax_compilation_cache_dir}))
+                      "cache": jax.config.jax_compilation_cache_dir,
+                      "max_size": jax.config.jax_compilation_cache_max_size}))
     """
 )
 
@@ -132,6 +133,8 @@ def test_a_second_process_loads_the_compiled_sweep(tmp_path, setting):
     if setting == "dir":
         assert first["cache"] == env["JAXIDENT_CACHE"]
         assert any((tmp_path / "cache").iterdir())
+        # bounded, hence locked: processes sharing it never read a half-written entry
+        assert first["max_size"] == 2**30 and (tmp_path / "cache" / ".lockfile").exists()
         assert second["hits"] > first["hits"]
     else:
         assert first["cache"] is None and second["hits"] == 0
