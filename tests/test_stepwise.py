@@ -280,15 +280,15 @@ def test_table_1_cannot_come_from_the_papers_text():
     the nearest integer: more than 3 standard errors (0.5 / sqrt(32) = 0.088) for the
     noise the text states. The shift of our model is -30, as re-estimation finds (see
     `test_linear_reestimation_matches_least_squares`)."""
-    from jaxident.models._linear import (
+    from jaxident.models import (
         aliasing_shift,
         cross_terms,
+        LINEAR_TABLE_1,
         orthogonal_design,
-        TABLE_1_ESTIMATES,
     )
 
     k = np.arange(1, 32)
-    paper = TABLE_1_ESTIMATES - 5.0 * k
+    paper = LINEAR_TABLE_1 - 5.0 * k
     se = 0.5 / np.sqrt(32)
     assert paper.min() < -1.5 and paper.max() > 9 and abs(paper.mean() - 3.87) < 0.01
     assert np.sqrt(np.mean((paper - np.round(paper)) ** 2)) > 3 * se

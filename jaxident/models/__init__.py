@@ -11,6 +11,7 @@ from ._chaotic import (
     Rossler as Rossler,
 )
 from ._ecoli import EcoliChassagnole as EcoliChassagnole
+from ._ecoli_data import ECOLI_TABLE_2 as ECOLI_TABLE_2
 from ._epidemic import COVID as COVID, SEIR as SEIR, SEVIR as SEVIR, SIR as SIR, SVIR as SVIR
 from ._kinetics import (
     ALPHA_PINENE_DATA as ALPHA_PINENE_DATA,
@@ -18,6 +19,9 @@ from ._kinetics import (
     AlphaPinene as AlphaPinene,
 )
 from ._linear import (
+    aliasing_shift as aliasing_shift,
+    cross_terms as cross_terms,
+    LINEAR_TABLE_1 as LINEAR_TABLE_1,
     LinearSuperparameterized as LinearSuperparameterized,
     orthogonal_design as orthogonal_design,
 )

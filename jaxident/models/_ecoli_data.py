@@ -84,3 +84,34 @@ _NOMINAL = np.array([v for _, v in KINETIC_PARAMETERS] + [_X0[i] for i in _UNKNO
 EXAMPLE_FREE = (
     "rmax_PGI", "Keq_PGI", "rmax_PFK", "rmax_ALDO", "rmax_GAPDH", "rmax_PK", "rmax_PDH",
 ) + tuple(f"x0_{s}" for s in UNKNOWN_INITIAL)  # fmt: skip
+
+
+# Alberton et al. (2013), Table 2: nominal values of the 25 parameters their set-by-set
+# selection kept without re-estimation (on Di Maggio et al.'s 131-parameter variant),
+# where the extracted table can be read and its symbol names one parameter of the
+# curated model (our reading of the symbol in the comment). Left out: K_PTS1 (no value),
+# "r_max" = 0.569, "r_Synthesis2" = 0.567 and "r_PK" = 8.21073e4 (no unique counterpart
+# here), and K_G6PDH,nad,inh = 9e-3 (the curated G6PDH law has no NAD inhibition).
+ECOLI_TABLE_2: dict[str, float] = {
+    "x0_xyl5p": 5.5406e-1,
+    "x0_pg3": 1.2851,  # C_3gp
+    "x0_g1p": 6.7016e-2,
+    "x0_sed7p": 4.0874e-2,
+    "x0_pgp": 3.7e-5,
+    "K_PGI_g6p": 4.0e-1,
+    "rmax_PGI": 1.0519e3,
+    "rmax_G6PDH": 1.2873e1,
+    "K_PGI_g6p_6pginh": 2.0e-1,  # K_PGI,g6p2
+    "Keq_TIS": 1.39e-1,  # K_TIS,eq: a tenth of the curated 1.39
+    "K_PEPCxylase_fdp": 7.0e-1,
+    "n_PEPCxylase_fdp": 4.0,
+    "Keq_Ru5P": 1.4,  # K_R5P,eq
+    "rmax_GAPDH": 50.0,
+    "K_GAPDH_gap": 1.2,
+    "K_GAPDH_pgp": 5.0e-5,
+    "K_PTS_a1": 3.0823e3,  # "r_PTS", the curated K_PTS_a1's value
+    "K_Synth2_pyr": 1.0,  # K_Synthesis2,pyr
+    "rmax_PGDH": 5.22076,
+    "K_PGDH_nadp": 5.06e-2,
+    "K_PGDH_nadph_inh": 1.3769e-2,
+}

@@ -35,7 +35,7 @@ def orthogonal_design(log2_runs: int = 5, taguchi: bool = False) -> np.ndarray:
 
 # Alberton et al. (2013), Table 1, case b.2: the re-estimated main effects theta_1 ...
 # theta_31 (case b.1 lists the same values in its selection order).
-TABLE_1_ESTIMATES = np.array([
+LINEAR_TABLE_1 = np.array([
     14.1113, 13.8686, 17.6081, 23.0792, 26.5707, 31.0258, 39.2003, 45.6158, 46.3685,
     57.3666, 63.0269, 64.8253, 72.3390, 68.5984, 76.4169, 86.7994, 85.0125, 88.3366,
     103.921, 104.095, 108.222, 115.398, 123.449, 120.687, 129.384, 134.280, 138.824,
