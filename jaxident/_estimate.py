@@ -195,19 +195,7 @@ class LeastSquares(eqx.Module):
         args = (self.model, self.data, self.sigma, self.times, theta0, free, self.lower,
                 self.upper, self.bounded, solver, max_steps, self.integrator)  # fmt: skip
         with callback_free(*args):  # its status is `result`: no check needs a callback
-            theta, r, cost, J, steps, result, at_bound = fit_kernel(*args)
-        return Estimate(
-            names=self.model.parameters.names,
-            theta=theta,
-            theta0=theta0,
-            free=jnp.broadcast_to(free, theta.shape),
-            residuals=r,
-            cost=cost,
-            jacobian=J,
-            steps=steps,
-            result=result,
-            at_bound=at_bound,
-        )
+            return self._estimate(theta0, free, fit_kernel(*args))
 
     def fit_in_chunks(self, theta0, free, solver: LevenbergMarquardt, max_steps: int,
                       report=None, chunk: int = 5) -> Estimate:  # fmt: skip
@@ -226,12 +214,23 @@ class LeastSquares(eqx.Module):
                 if report is not None:
                     report(int(steps), float(state.cost))
             out = lm_finish(self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
-        theta, r, cost, J, steps, result, at_bound = out
+        return self._estimate(theta0, free, out)
+
+    def _estimate(self, theta0, free, kernel_out) -> Estimate:
+        """The `Estimate` from what a fit kernel returns (`_fit._finish`)."""
+        theta, r, cost, J, steps, result, at_bound = kernel_out
         return Estimate(
-            names=self.model.parameters.names, theta=theta, theta0=theta0,
-            free=free, residuals=r, cost=cost, jacobian=J, steps=steps,
-            result=result, at_bound=at_bound,
-        )  # fmt: skip
+            names=self.model.parameters.names,
+            theta=theta,
+            theta0=theta0,
+            free=jnp.broadcast_to(free, theta.shape),
+            residuals=r,
+            cost=cost,
+            jacobian=J,
+            steps=steps,
+            result=result,
+            at_bound=at_bound,
+        )
 
 
 @clean_errors

@@ -58,19 +58,9 @@ def _run(problem: StepwiseProblem, procedure: str, progress: bool, checkpoint, r
         t0 = time.perf_counter()
         out = problem.evaluate(point, W, selected, added, report)
         names = tuple(problem.names[j] for j in added)
-        history.append(
-            Evaluation(
-                names,
-                out.success,
-                out.reason,
-                out.rank,
-                out.size,
-                out.rcond,
-                out.cost,
-                time.perf_counter() - t0,
-                out.steps,
-            )  # fmt: skip
-        )
+        seconds = time.perf_counter() - t0
+        history.append(Evaluation(names, out.success, out.reason, out.rank, out.size,
+                                  out.rcond, out.cost, seconds, out.steps))  # fmt: skip
         bar.update(1)
         bar.set_postfix_str(f"selected {int(selected.sum()) + (len(added) if out.success else 0)}")
         if checkpoint is not None:

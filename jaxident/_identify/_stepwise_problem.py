@@ -116,7 +116,7 @@ class StepwiseProblem:
         theta = jnp.asarray(theta, float)
         if not self.method.reestimate or bool(jnp.all(theta == self.theta0)):
             return self.start()
-        point, _ = self.reestimate(Point(theta, None, None, True), np.zeros(theta.size, bool))
+        point, _ = self.reestimate(theta, np.zeros(theta.size, bool))
         if not point.ok:
             raise RuntimeError("The model could not be solved at the resumed run's estimate.")
         return point
@@ -132,34 +132,37 @@ class StepwiseProblem:
         elig = np.asarray(eligible) & ~np.asarray(selected) & self.candidate_mask
         return [int(j) for j in np.asarray(order) if elig[j]], W
 
-    def reestimate(self, point: Point, mask, report=None):
+    def reestimate(self, theta, mask, report=None):
         """Least squares over the parameters in `mask` (the re-estimation engine), the
-        others held at `point.theta`; returns the new point and the `Estimate`."""
+        others held at `theta`; returns the new point and the `Estimate`."""
         method, mask = self.method, jnp.asarray(mask)
         if isinstance(method.solver, LevenbergMarquardt):
-            est = self.ls.fit_in_chunks(point.theta, mask, method.solver, method.max_steps, report)
+            est = self.ls.fit_in_chunks(theta, mask, method.solver, method.max_steps, report)
         else:
-            est = self.ls.fit(point.theta, mask, method.solver, method.max_steps)
+            est = self.ls.fit(theta, mask, method.solver, method.max_steps)
         finite = bool(jnp.all(jnp.isfinite(est.jacobian))) and bool(jnp.isfinite(est.cost))
         observed = jnp.asarray(self.observed)[:, None]
         S = jnp.where(observed, est.jacobian * jnp.where(observed, self.sigma[:, None], 0.0), 0.0)
         r = np.where(self.observed, np.asarray(est.residuals), 0.0)
         return Point(est.theta, r, S, finite), est
 
+    def _fisher_test(self, W, mask) -> tuple[bool, int, float]:
+        ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.method.rank)
+        return bool(ok), int(k), float(rcond)
+
     def evaluate(self, point: Point, W, selected, added, report=None) -> Outcome:
         """Test `selected + added`; with re-estimation, re-estimate it and test the
         Fisher matrix again at the re-estimate."""
         mask = np.array(selected, bool)
         mask[list(added)] = True
-        ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.method.rank)
-        ok, k, rcond = bool(ok), int(k), float(rcond)
+        ok, k, rcond = self._fisher_test(W, mask)
         size = int(mask.sum())
         if not ok:
             reason = f"Fisher matrix singular (rank {k} < {size})"
             return Outcome(False, reason, point, k, size, rcond, np.nan)
         if not self.method.reestimate:
             return Outcome(True, "", point, k, size, rcond, np.nan)
-        new, est = self.reestimate(point, mask, report)
+        new, est = self.reestimate(point.theta, mask, report)
         steps = int(est.steps)
         if not new.ok or not (bool(est.ok) or bool(est.stopped_at_max_steps)):
             reason = "re-estimation failed: the model could not be solved near the estimate"
@@ -174,9 +177,7 @@ class StepwiseProblem:
                 return Outcome(False, note, point, k, size, rcond, new.cost, steps)
             note = f"(accepted: {note})"
         # the paper's test once more, at the re-estimated values (eq. 1 at the new theta)
-        W_new = scaled_columns(new.S, new.theta, self.sigma)
-        ok, k, rcond = fisher_test(W_new, jnp.asarray(mask), self.method.rank)
-        ok, k, rcond = bool(ok), int(k), float(rcond)
+        ok, k, rcond = self._fisher_test(scaled_columns(new.S, new.theta, self.sigma), mask)
         if not ok:
             reason = f"Fisher matrix singular at the re-estimate (rank {k} < {size})"
             return Outcome(False, reason, point, k, size, rcond, new.cost, steps)

@@ -80,9 +80,8 @@ class StepwiseSelection(eqx.Module):
     - `history`: every `Evaluation`, in order; `n_evaluations`: their number, counted
       here; `worst_case`: `ji.worst_case_evaluations` for the candidates.
     - `reestimated` (read from `method`), `stop_reason`, `seconds`: whether each success
-      was re-estimated, why
-      the procedure stopped (an interrupted run, Ctrl-C, returns the selection so far and
-      says so), and its wall time.
+      was re-estimated, why the procedure stopped (an interrupted run, Ctrl-C, returns
+      the selection so far and says so), and its wall time.
     - `at_bound`: selected parameters whose estimate ended within `1e-3` of the width of
       their box from a bound (on a log scale where both bounds are positive): their
       `relative_std` is not that of a free parameter.
@@ -214,14 +213,20 @@ class Saved(NamedTuple):
     history: tuple[Evaluation, ...]
 
 
-def _settings(problem, procedure) -> dict:
+def _settings(procedure, fingerprint, method, error, bounds) -> dict:
+    """What a resumed run must share with the run it continues."""
     return {
         "procedure": procedure,
-        "fingerprint": problem.fingerprint,
-        "method": repr(problem.method),
-        "error": repr(problem.error),
-        "bounds": problem.bounds_text,
+        "fingerprint": fingerprint,
+        "method": repr(method),
+        "error": repr(error),
+        "bounds": bounds,
     }
+
+
+def _settings_of(problem, procedure) -> dict:
+    return _settings(procedure, problem.fingerprint, problem.method, problem.error,
+                     problem.bounds_text)  # fmt: skip
 
 
 def save_checkpoint(path, problem, procedure, order, theta, cost0, history):
@@ -229,7 +234,7 @@ def save_checkpoint(path, problem, procedure, order, theta, cost0, history):
     leaves the previous checkpoint)."""
     state = {
         _CHECKPOINT_KEY: 1,
-        **_settings(problem, procedure),
+        **_settings_of(problem, procedure),
         "selected": [problem.names[j] for j in order],
         "theta": np.asarray(theta, float).tolist(),  # repr floats: read back exactly
         "cost0": float(cost0),
@@ -245,15 +250,10 @@ def resume_state(resume, problem, procedure) -> Saved:
     """The state to go on from: a `StepwiseSelection` or a checkpoint file, checked
     against this problem and its settings; the history is cut after its last success
     (a round ends with a success, so the unfinished round is made again)."""
-    want = _settings(problem, procedure)
+    want = _settings_of(problem, procedure)
     if isinstance(resume, StepwiseSelection):
-        have = {
-            "procedure": resume.procedure,
-            "fingerprint": resume.fingerprint,
-            "method": repr(resume.method),
-            "error": repr(resume.error),
-            "bounds": resume.bounds,
-        }
+        r = resume
+        have = _settings(r.procedure, r.fingerprint, r.method, r.error, r.bounds)
         saved = Saved(resume.selected, np.asarray(resume.theta), resume.cost0, resume.history)
     elif isinstance(resume, (str, os.PathLike)):
         try:
