@@ -1,6 +1,13 @@
 import importlib.metadata
 
-from . import _config as _config, data as data, linalg as linalg, models as models, plot as plot
+from . import (
+    _config as _config,
+    data as data,
+    linalg as linalg,
+    models as models,
+    petab as petab,
+    plot as plot,
+)
 from ._delay_jacobian import attractor_states as attractor_states, delay_jacobian as delay_jacobian
 from ._estimate import Estimate as Estimate, estimate as estimate
 from ._identify._css import (
@@ -77,7 +84,15 @@ from ._perturb import (
     PerturbationAnalysis as PerturbationAnalysis,
     SmallGapWarning as SmallGapWarning,
 )
+from ._problem import (
+    Experiment as Experiment,
+    predict as predict,
+    Prediction as Prediction,
+    Problem as Problem,
+    problem_sensitivity as problem_sensitivity,
+)
 from ._profile import Profile as Profile, profile as profile
+from ._report import analyze as analyze, Group as Group, Report as Report
 from ._rom import (
     POD as POD,
     pod_basis as pod_basis,
@@ -110,3 +125,12 @@ from ._transforms import (
 
 
 __version__ = importlib.metadata.version("jaxident")
+
+
+def __getattr__(name):
+    # the SBML reader pulls in SymPy and libsbml: only when asked for
+    if name in ("sbml_model", "SBMLModel"):
+        from . import _sbml
+
+        return getattr(_sbml, name)
+    raise AttributeError(f"module 'jaxident' has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""The `jaxident` command: `jaxident models`, `jaxident analyze MODEL`."""
+"""The `jaxident` command: `jaxident models`, `jaxident analyze MODEL | problem.yaml |
+file.py:Class`."""
 
 import argparse
 import json
@@ -68,6 +69,10 @@ def _validate(args, p: int) -> None:
         (args.f >= 1, f"--f must be >= 1 (strong RRQR bound), got {args.f}."),
         (args.seed >= 0, f"--seed must be >= 0, got {args.seed}."),
         (
+            math.isfinite(args.threshold) and args.threshold > 0,
+            f"--threshold must be a positive number of decades, got {args.threshold}.",
+        ),
+        (
             math.isfinite(args.solver_rtol) and 0 < args.solver_rtol < 1,
             f"--solver-rtol must lie in (0, 1), got {args.solver_rtol}.",
         ),
@@ -104,16 +109,90 @@ def _validate(args, p: int) -> None:
             raise _UsageError(f"--out {args.out} cannot be written: {e.strerror}.") from None
 
 
+def _load_model_file(spec: str):
+    """`path/to/file.py:ClassName`: the user's own model class, instantiated with its
+    defaults (the file is the user's code and runs as such)."""
+    import importlib.util
+
+    path, _, cls = spec.rpartition(":")
+    if not os.path.isfile(path):
+        raise _UsageError(f"{path}: no such file.")
+    spec_ = importlib.util.spec_from_file_location(f"_jaxident_user_{os.getpid()}", path)
+    module = importlib.util.module_from_spec(spec_)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec_.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    if not hasattr(module, cls):
+        found = [n for n, v in vars(module).items() if isinstance(v, type) and n[0] != "_"]
+        raise _UsageError(f"{path} has no {cls!r}; it defines {found}.")
+    try:
+        return getattr(module, cls)()
+    except TypeError as e:
+        raise _UsageError(f"{cls}() needs arguments ({e}); give every field a default.") from None
+
+
+def load_target(name: str):
+    """A built-in model name, a PEtab problem (`.yaml`) or `file.py:Class`."""
+    import jaxident as ji
+
+    if name.lower().endswith((".yaml", ".yml")):
+        if not os.path.isfile(name):
+            raise _UsageError(f"{name}: no such file.")
+        try:
+            return ji.petab.load(name)
+        except (ValueError, ImportError) as e:
+            raise _UsageError(str(e)) from None
+    if ":" in name and name.rpartition(":")[0].endswith(".py"):
+        return _load_model_file(name)
+    try:
+        return ji.models.load(name)
+    except ValueError as e:
+        raise _UsageError(
+            f"{e} Give a built-in name, a PEtab problem (problem.yaml) or a model class "
+            "in a file (my_model.py:MyModel)."
+        ) from None
+
+
+def _analyze_problem(args, problem) -> int:
+    import jaxident as ji
+
+    if args.samples:
+        raise _UsageError(
+            "--samples is for models; a PEtab problem is analysed at its nominal values."
+        )
+    _validate(args, problem.parameters.p)
+    t0 = time.perf_counter()
+    rep = ji.analyze(problem, method=_method(args), rank=_rank(args), threshold=args.threshold)
+    print(rep)
+    print(f"({time.perf_counter() - t0:.1f}s)")
+    _write(args, rep.to_dict(), lambda: rep.plot())
+    return 0
+
+
+def _write(args, report: dict, figure) -> None:
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        figure().savefig(args.plot, dpi=130)
+        print(f"\nfigure written to {args.plot}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+        print(f"report written to {args.json}")
+
+
 def cmd_analyze(args) -> int:
     import jax
     import numpy as np
 
     import jaxident as ji
 
-    try:
-        model = ji.models.load(args.model)
-    except ValueError as e:
-        raise _UsageError(str(e)) from None
+    model = load_target(args.model)
+    if isinstance(model, ji.Problem):
+        return _analyze_problem(args, model)
     p = model.parameters.p
     _validate(args, p)
     method, rank = _method(args), _rank(args)
@@ -121,10 +200,16 @@ def cmd_analyze(args) -> int:
 
     sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
     sel = ji.select_parameters(sens, method=method, rank=rank, k=args.k)
-    print(f"{type(model).__name__}: {ji.models.available()[args.model.lower()]}")
+    about = ji.models.available().get(args.model.lower(), model.description or args.model)
+    print(f"{type(model).__name__}: {about}")
     print(f"S: {sens.matrix.shape[0]} rows (times x outputs), {p} parameters, scale={args.scale}")
     print(sel)
-    report = {"model": args.model, "nominal": sel.to_dict()}
+    rep = ji.analyze(
+        model, method=method, rank=rank, threshold=args.threshold, integrator=integrator
+    )
+    print()
+    print(rep)
+    report = {"model": args.model, "nominal": sel.to_dict(), "report": rep.to_dict()}
 
     freq = None
     if args.samples:
@@ -169,21 +254,10 @@ def cmd_analyze(args) -> int:
             "rank_counts": {int(v): int(c) for v, c in zip(*np.unique(ks, return_counts=True))},
         }
 
-    if args.plot:
-        import matplotlib
+    from . import plot
 
-        matplotlib.use("Agg")
-        from . import plot
-
-        fig = plot.analysis(
-            sel, freq, n=args.samples, title=f"{args.model}: {type(method).__name__}"
-        )
-        fig.savefig(args.plot, dpi=130)
-        print(f"\nfigure written to {args.plot}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
-        print(f"report written to {args.json}")
+    title = f"{args.model}: {type(method).__name__}"
+    _write(args, report, lambda: plot.analysis(sel, freq, n=args.samples, title=title))
     return 0
 
 
@@ -196,12 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser(
         "analyze",
-        help="which parameters of a built-in model are identifiable",
-        description="Sensitivity matrix at the nominal parameters, column subset selection "
-        "(Pearce et al. 2022), and optionally the selection frequency over Latin-hypercube "
-        "samples of the parameter box.",
+        help="which parameters of a model or a PEtab problem are identifiable",
+        description="The identifiability report at the nominal parameters (rank, every "
+        "non-identifiable parameter in dependent sets, identifiable combinations, column "
+        "subset selection after Pearce et al. 2022, practical identifiability from the "
+        "noise model), and for a model optionally the selection frequency over "
+        "Latin-hypercube samples of the parameter box.",
     )
-    a.add_argument("model", help="a built-in model (see `jaxident models`)")
+    a.add_argument(
+        "model",
+        help="a built-in model (see `jaxident models`), a PEtab problem (problem.yaml) or "
+        "a model class in a Python file (my_model.py:MyModel)",
+    )
     a.add_argument(
         "--method",
         choices=list(METHODS),
@@ -240,6 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="keep the --samples results in DIR as they come; an interrupted run, "
         "started again with the same arguments, resumes where it stopped",
+    )
+    a.add_argument(
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="practical identifiability: flag a parameter whose standard deviation exceeds "
+        "this many decades (default 1)",
     )
     a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)

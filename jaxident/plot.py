@@ -225,3 +225,50 @@ def stepwise(result, ax=None):
     )
     ax.legend(frameon=False, fontsize="small", loc="upper left")
     return ax
+
+
+def report(rep, *, title: str | None = None):
+    """The figure of a `ji.analyze` report: the singular values of the equilibrated
+    sensitivity matrix (the rank marked), and each parameter's standard deviation in
+    decades against the threshold (non-identifiable parameters at the top, in red;
+    practically non-identifiable ones in orange)."""
+    import matplotlib.pyplot as plt
+
+    p = len(rep.names)
+    fig, (a1, a2) = plt.subplots(
+        1, 2, figsize=(11, max(3.5, 0.28 * p + 1.2)), gridspec_kw={"width_ratios": [1, 1.3]}
+    )
+    s = np.asarray(rep.singular_values, float)
+    idx = np.arange(1, p + 1)
+    s_plot = np.where(s > 0, s, np.nan)
+    a1.semilogy(idx, s_plot, "o-", color="0.3")
+    a1.semilogy(idx[: rep.rank], s_plot[: rep.rank], "o", color="tab:blue", label="identifiable")
+    if rep.rank < p:
+        a1.semilogy(idx[rep.rank :], s_plot[rep.rank :], "o", color="tab:red", label="null space")
+        a1.axvline(rep.rank + 0.5, color="0.6", ls="--", lw=1)
+    a1.set_xlabel("index i")
+    a1.set_ylabel(r"$\sigma_i / \sigma_1$ (equilibrated)")
+    a1.set_title(f"numerical rank {rep.rank} of {p}")
+    a1.legend(frameon=False, fontsize="small")
+    dec = np.asarray(rep.decades, float)
+    finite = dec[np.isfinite(dec)]
+    top = max(10 * rep.threshold, finite.max() * 3 if finite.size else 1.0)
+    shown = np.where(np.isfinite(dec), dec, top)
+    colors = [
+        "tab:red"
+        if n in rep.non_identifiable
+        else ("tab:orange" if d > rep.threshold else "tab:blue")
+        for n, d in zip(rep.names, dec)
+    ]
+    y = np.arange(p)
+    a2.barh(y, shown, color=colors)
+    a2.set_xscale("log")
+    a2.axvline(rep.threshold, color="0.3", ls="--", lw=1, label=f"threshold {rep.threshold:g}")
+    a2.set_yticks(y, rep.names, fontsize="small")
+    a2.invert_yaxis()
+    a2.set_xlabel("standard deviation (decades); red: non-identifiable")
+    a2.set_title("practical identifiability")
+    a2.legend(frameon=False, fontsize="small", loc="lower right")
+    fig.suptitle(title or rep.name)
+    fig.tight_layout()
+    return fig

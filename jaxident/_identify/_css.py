@@ -70,7 +70,8 @@ def select_parameters(
         if names is None:
             names = S.names
         rank = with_accuracy(rank, S.accuracy)
-        row_scale = output_row_scale(S.outputs, S.n_outputs)
+        if S.scale != "noise":  # rows already divided by their noise level
+            row_scale = output_row_scale(S.outputs, S.n_outputs)
         S = S.matrix
     S = check_matrix(S)
     return select_columns(S, names, k, method, rank, row_scale, throw, "select_parameters")

@@ -1,0 +1,542 @@
+"""Problems: a model measured in one or more experiments, each with its own condition
+(parameters fixed to numbers or mapped to experiment-specific parameters), times,
+data and noise model; the parameters estimated on their own scales (lin, log, log10).
+
+The experiments are padded to one time grid (missing data, NaN, where an experiment has
+fewer times) and simulated by one compiled, vmapped kernel, so that a problem with many
+conditions compiles once. Its sensitivity matrix stacks the experiments, each row
+divided by its noise standard deviation, with respect to the parameters on their
+estimation scale: its Gram matrix is the Fisher information of the problem.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+from ._checks import check_model, check_theta
+from ._forward import accuracy, forward_sensitivities
+from ._measurements import MeasurementError
+from ._model import AbstractModel, Integrator, ODEModel
+from ._parameters import Parameters, ParameterValues
+from ._sensitivity import Sensitivity
+from ._simulate import solve
+
+
+SCALES = ("lin", "log", "log10")
+
+
+def unscale(values: Array, scales: Sequence[str]) -> Array:
+    """Values on their estimation scales back on the linear scale."""
+    out = [
+        v if s == "lin" else (jnp.exp(v) if s == "log" else 10.0**v)
+        for v, s in zip(jnp.unstack(values), scales)
+    ]
+    return jnp.stack(out) if out else values
+
+
+def to_scale(values, scales: Sequence[str]) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    fns = {"lin": lambda v: v, "log": np.log, "log10": np.log10}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.array([fns[s](v) for v, s in zip(values, scales)], dtype=float)
+
+
+class Experiment(eqx.Module):
+    """One experiment of a `ji.Problem`: when the outputs were measured, what was
+    measured, how noisy it was, and under which condition.
+
+    **Arguments:**
+
+    - `times`: the measurement times, non-decreasing (a time given twice holds
+      replicate measurements).
+    - `data`: `(n_times, n_outputs)` measurements, NaN where an output was not measured
+      at a time; `None` for a design study (no data: only the noise model matters).
+    - `sigma`: the noise standard deviations: a scalar, one per output, one per datum,
+      or a `ji.MeasurementError` (computed from the data).
+    - `condition`: `{model parameter: value}` for this experiment: a number fixes the
+      parameter at that value here (an input, a dose, a known initial amount), a string
+      maps it to a parameter of the problem (e.g. a scale factor per experiment).
+    - `name`: a label.
+    """
+
+    times: Float[np.ndarray, " n"]
+    data: Float[np.ndarray, "n m"] | None
+    sigma: object
+    condition: tuple[tuple[str, float | str], ...] = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+    preequilibration: tuple[tuple[str, float | str], ...] | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        times: ArrayLike | Sequence[float],
+        data: ArrayLike | None = None,
+        sigma: float | ArrayLike | MeasurementError = 1.0,
+        condition: Mapping[str, float | str] | None = None,
+        name: str = "",
+        preequilibration: Mapping[str, float | str] | None = None,
+    ):
+        times = np.asarray(times, dtype=float)
+        if times.ndim != 1 or times.size == 0:
+            raise ValueError(f"times must be a non-empty 1-D array, got shape {times.shape}.")
+        if not np.all(np.isfinite(times)):
+            raise ValueError("times must be finite (steady-state measurements are not supported).")
+        if np.any(np.diff(times) < 0):
+            raise ValueError("times must be non-decreasing (a time repeats for replicates).")
+        self.times = times
+        if data is not None:
+            data = np.asarray(data, dtype=float)
+            if data.ndim == 1:
+                data = data[:, None]
+            if data.ndim != 2 or data.shape[0] != times.size:
+                raise ValueError(
+                    f"data has shape {data.shape}; expected ({times.size}, n_outputs)."
+                )
+            if np.any(np.isinf(data)):
+                raise ValueError("data contains inf; mark a missing datum with NaN.")
+        self.data = data
+        if not isinstance(sigma, MeasurementError):
+            sigma = np.asarray(sigma, dtype=float)
+            if np.any(~(sigma > 0)) or np.any(np.isinf(sigma)):
+                raise ValueError("sigma must be positive and finite.")
+        self.sigma = sigma
+        self.condition = _as_condition(condition)
+        self.preequilibration = (
+            None if preequilibration is None else _as_condition(preequilibration)
+        )
+        self.name = str(name)
+
+
+def _as_condition(condition) -> tuple:
+    out = []
+    for k, v in dict(condition or {}).items():
+        if isinstance(v, str):
+            out.append((str(k), v))
+        else:
+            v = float(v)
+            if not math.isfinite(v):
+                raise ValueError(f"condition value for {k!r} is not finite: {v}.")
+            out.append((str(k), v))
+    return tuple(out)
+
+
+class _Preequilibrated(ODEModel):
+    """A model started from the steady state of a pre-equilibration: the parameter
+    vector is the experiment's followed by the pre-equilibration's, and the initial
+    state is the steady state reached under the latter (the tangents of the initial
+    state are the derivatives of that solve)."""
+
+    inner: AbstractModel
+    parameters: Parameters
+    integrator_: Integrator = eqx.field(static=True)
+
+    @property
+    def times(self):
+        return self.inner.times
+
+    @property
+    def t0(self):
+        return self.inner.t0
+
+    @property
+    def output_names(self):
+        return self.inner.output_names
+
+    def _split(self, theta: ParameterValues):
+        p = self.inner.parameters.p
+        view = self.inner.parameters.view
+        return view(theta.values[:p]), view(theta.values[p:])
+
+    def initial_state(self, theta):
+        _, pre = self._split(theta)
+        x0 = self.inner.initial_state(pre)
+        ig = self.integrator_
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, x, a: self.inner.vector_field(t, x, a)),
+            ig.solver,
+            t0=self.inner.t0,
+            t1=jnp.inf,
+            dt0=1e-3,
+            y0=x0,
+            args=pre,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=ig.rtol, atol=ig.atol),
+            event=diffrax.Event(diffrax.steady_state_event(rtol=ig.rtol, atol=ig.atol)),
+            adjoint=diffrax.ForwardMode(),
+            max_steps=ig.max_steps,
+            throw=False,
+        )
+        ok = diffrax.is_okay(sol.result)
+        return jnp.where(ok, sol.ys[-1], jnp.nan)
+
+    def vector_field(self, t, x, theta):
+        return self.inner.vector_field(t, x, self._split(theta)[0])
+
+    def output(self, t, x, theta):
+        return self.inner.output(t, x, self._split(theta)[0])
+
+
+class Problem(eqx.Module):
+    """A model and its experiments: what `ji.analyze`, `ji.problem_sensitivity` and the
+    PEtab importer (`ji.petab.load`) work on.
+
+    **Arguments:**
+
+    - `model`: any jaxident model.
+    - `experiments`: one or more `ji.Experiment`s.
+    - `parameters`: the problem's parameters (names, nominal values and bounds on the
+      linear scale); default: the model's. A string in an experiment's condition must
+      name one of them.
+    - `scales`: `{name: "lin" | "log" | "log10"}`, the scale each parameter is
+      estimated on (default `"lin"`): the sensitivity matrix and the Fisher information
+      are taken with respect to the parameters on these scales.
+    - `transforms`, `distributions`: per model output, `"lin"`, `"log"` or `"log10"`
+      (the data are compared on that scale, PEtab's observable transformation) and
+      `"normal"` or `"laplace"` (the noise distribution); default lin and normal.
+
+    `parameters` of the result holds the nominal values and bounds on the estimation
+    scales, so that `theta` everywhere means the estimation-scale vector.
+    """
+
+    model: AbstractModel
+    parameters: Parameters
+    linear: Parameters
+    scales: tuple[str, ...] = eqx.field(static=True)
+    times: Float[Array, "e n"]
+    data: Float[Array, "e n m"]
+    sigma: Float[Array, "e n m"]
+    observed: Bool[Array, "e n m"]
+    source: tuple = eqx.field(static=True)
+    constant: Float[Array, "e pm"]
+    pre_source: tuple | None = eqx.field(static=True)
+    pre_constant: Float[Array, "e pm"] | None
+    experiment_names: tuple[str, ...] = eqx.field(static=True)
+    transforms: tuple[str, ...] = eqx.field(static=True)
+    distributions: tuple[str, ...] = eqx.field(static=True)
+    noise_outputs: tuple[bool, ...] = eqx.field(static=True)
+    noise_parameters: tuple[str, ...] = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        model: AbstractModel,
+        experiments: Sequence[Experiment] | Experiment,
+        parameters: Parameters | None = None,
+        scales: Mapping[str, str] | None = None,
+        transforms: Sequence[str] | None = None,
+        distributions: Sequence[str] | None = None,
+        *,
+        noise_outputs: bool | Sequence[bool] = False,
+        noise_parameters: Sequence[str] = (),
+        name: str = "",
+    ):
+        check_model(model)
+        if isinstance(experiments, Experiment):
+            experiments = [experiments]
+        experiments = list(experiments)
+        if not experiments or not all(isinstance(e, Experiment) for e in experiments):
+            raise TypeError("experiments must be one or more ji.Experiment.")
+        params = model.parameters if parameters is None else parameters
+        scales = dict(scales or {})
+        for k, s in scales.items():
+            params.index(k)
+            if s not in SCALES:
+                raise ValueError(f"scale of {k!r} must be one of {SCALES}, got {s!r}.")
+        scale = tuple(scales.get(n, "lin") for n in params.names)
+        nom, lo, up = (
+            np.asarray(a, dtype=float) for a in (params.nominal, params.lower, params.upper)
+        )
+        for i, (n, s) in enumerate(zip(params.names, scale)):
+            if s != "lin" and not (nom[i] > 0 and lo[i] >= 0):
+                raise ValueError(
+                    f"{n!r} is estimated on a {s} scale, so its nominal value must be "
+                    f"positive and its lower bound >= 0; got {nom[i]:g} in [{lo[i]:g}, {up[i]:g}]."
+                )
+        self.linear = params
+        self.parameters = Parameters(
+            params.names, to_scale(nom, scale), to_scale(lo, scale), to_scale(up, scale)
+        )
+        self.scales = scale
+        self.model = model
+        n_out = _n_model_outputs(model)
+        m = n_out // 2 if np.any(noise_outputs) else n_out
+        self.noise_outputs = tuple(np.broadcast_to(np.asarray(noise_outputs, bool), (m,)).tolist())
+        self.noise_parameters = tuple(noise_parameters)
+        self.transforms = tuple(transforms or ("lin",) * m)
+        self.distributions = tuple(distributions or ("normal",) * m)
+        if len(self.transforms) != m or len(self.distributions) != m:
+            raise ValueError(f"Give one transform and one distribution per output ({m}).")
+        bad = [t for t in self.transforms if t not in SCALES]
+        bad += [d for d in self.distributions if d not in ("normal", "laplace")]
+        if bad:
+            raise ValueError(f"Unknown observable transformations or distributions: {bad}.")
+        T = max(e.times.size for e in experiments)
+        times, data, sigma, observed = [], [], [], []
+        for e in experiments:
+            n = e.times.size
+            d = np.full((n, m), np.nan) if e.data is None else e.data
+            if d.shape[1] != m:
+                raise ValueError(
+                    f"experiment {e.name!r}: data has {d.shape[1]} outputs, the model {m}."
+                )
+            if isinstance(e.sigma, MeasurementError):
+                s = np.asarray(e.sigma.sigma(np.where(np.isnan(d), 0.0, d)))
+            else:
+                s = (
+                    np.broadcast_to(np.asarray(e.sigma, dtype=float), (n, m))
+                    if e.sigma.ndim < 2
+                    else e.sigma
+                )
+                if s.shape != (n, m):
+                    raise ValueError(f"experiment {e.name!r}: sigma has shape {s.shape}.")
+            pad = T - n
+            times.append(np.concatenate([e.times, np.full(pad, e.times[-1])]))
+            data.append(np.concatenate([d, np.full((pad, m), np.nan)]))
+            sigma.append(np.concatenate([s, np.ones((pad, m))]))
+            # the rows of the sensitivity matrix: the data, or every output at every
+            # time of a design study (no data)
+            seen = np.ones((n, m), bool) if e.data is None else ~np.isnan(d)
+            observed.append(np.concatenate([seen, np.zeros((pad, m), bool)]))
+        self.times = jnp.asarray(np.stack(times))
+        self.data = jnp.asarray(np.stack(data))
+        self.sigma = jnp.asarray(np.stack(sigma))
+        self.observed = jnp.asarray(np.stack(observed))
+        pre = [e.preequilibration is not None for e in experiments]
+        if any(pre) and not all(pre):
+            raise ValueError(
+                "Either every experiment is pre-equilibrated or none is (a mix is not "
+                "supported yet)."
+            )
+        src, const = _mapping(model, params, experiments, "condition")
+        self.source, self.constant = src, jnp.asarray(const)
+        if all(pre):
+            src, const = _mapping(model, params, experiments, "preequilibration")
+            self.pre_source, self.pre_constant = src, jnp.asarray(const)
+        else:
+            self.pre_source, self.pre_constant = None, None
+        self.experiment_names = tuple(
+            e.name or f"experiment {i}" for i, e in enumerate(experiments)
+        )
+        self.name = name
+
+    @property
+    def n_experiments(self) -> int:
+        return len(self.experiment_names)
+
+    @property
+    def n_observables(self) -> int:
+        return len(self.transforms)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        names = self.model.output_names or tuple(f"y{i}" for i in range(self.n_observables))
+        return tuple(names[: self.n_observables])
+
+
+def _n_model_outputs(model) -> int:
+    from ._checks import n_outputs
+
+    return n_outputs(model)
+
+
+def _mapping(model, params: Parameters, experiments, field: str):
+    """Per experiment and model parameter: the index of the problem parameter it takes
+    (-1: a constant) and the constant."""
+    names = model.parameters.names
+    nominal = np.asarray(model.parameters.nominal, dtype=float)
+    src = np.full((len(experiments), len(names)), -1, dtype=int)
+    const = np.tile(nominal, (len(experiments), 1))
+    for e, exp in enumerate(experiments):
+        cond = dict(getattr(exp, field) or ())
+        for k in cond:
+            if k not in names:
+                model.parameters.index(k)  # raises with a suggestion
+        for j, n in enumerate(names):
+            v = cond.get(n, n)
+            if isinstance(v, str):
+                if v in params.names:
+                    src[e, j] = params.names.index(v)
+                elif v == n:
+                    continue
+                else:
+                    raise ValueError(
+                        f"experiment {exp.name!r}: {n!r} is mapped to {v!r}, which is not a "
+                        f"parameter of the problem {list(params.names)}."
+                    )
+            else:
+                const[e, j] = float(v)
+    return tuple(map(tuple, src.tolist())), const
+
+
+def _model_theta(problem: Problem, theta: Array, source, constant):
+    """The model's parameter vector per experiment, and its derivative with respect to
+    the problem's parameters on their estimation scale."""
+    lin = unscale(theta, problem.scales)
+    dlin = jax.jacfwd(lambda t: unscale(t, problem.scales))(theta).diagonal()
+    src = jnp.asarray(source)
+    idx = jnp.maximum(src, 0)
+    mapped = src >= 0
+    th = jnp.where(mapped, lin[idx], constant)
+    q = theta.shape[0]
+    onehot = jax.nn.one_hot(idx, q, dtype=theta.dtype) * mapped[..., None]
+    M = onehot * dlin
+    return th, M
+
+
+def _experiment_model(problem: Problem, integrator: Integrator):
+    if problem.pre_source is None:
+        return problem.model
+    inner = problem.model
+    names = inner.parameters.names
+    both = Parameters(
+        [*names, *(f"preequilibration:{n}" for n in names)],
+        jnp.concatenate([inner.parameters.nominal] * 2),
+        jnp.concatenate([inner.parameters.lower] * 2),
+        jnp.concatenate([inner.parameters.upper] * 2),
+    )
+    return _Preequilibrated(inner, both, integrator)
+
+
+def _directions(problem: Problem, theta: Array):
+    th, M = _model_theta(problem, theta, problem.source, problem.constant)
+    if problem.pre_source is not None:
+        thp, Mp = _model_theta(problem, theta, problem.pre_source, problem.pre_constant)
+        th = jnp.concatenate([th, thp], axis=1)
+        M = jnp.concatenate([M, Mp], axis=1)
+    return th, M
+
+
+def _transform(x, kind: str):
+    if kind == "lin":
+        return x
+    return jnp.log(x) if kind == "log" else jnp.log10(x)
+
+
+class Prediction(eqx.Module):
+    """What a problem predicts at one parameter vector, per experiment, on the padded
+    time grid: `outputs` `(e, n, m)`, `sigma` `(e, n, m)`, `residuals` (weighted, on
+    the transformed scale, 0 where no datum), `jacobian` `(e, n, m, q)` (of the weighted
+    residuals with respect to `theta` on the estimation scale, or `None`),
+    `log_likelihood` (PEtab's, over the observed data) and `ok` per experiment."""
+
+    outputs: Float[Array, "e n m"]
+    sigma: Float[Array, "e n m"]
+    residuals: Float[Array, "e n m"]
+    jacobian: Float[Array, "e n m q"] | None
+    log_likelihood: Float[Array, ""]
+    ok: Bool[Array, " e"]
+
+
+@eqx.filter_jit
+def _predict(problem: Problem, theta: Array, integrator: Integrator, jacobian: bool) -> Prediction:
+    model = _experiment_model(problem, integrator)
+    th, M = _directions(problem, theta)
+    m = problem.n_observables
+
+    def one(th_e, M_e, times):
+        if jacobian:
+            y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
+            Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
+        else:
+            solved = solve(model, th_e, times, integrator, diffrax.RecursiveCheckpointAdjoint())
+            y, Y = solved.ys, None
+        return y.reshape(times.shape[0], -1), Y, solved.ok
+
+    y, Y, ok = jax.vmap(one)(th, M, problem.times)
+    pred = y[..., :m]
+    if any(problem.noise_outputs):
+        sigma = jnp.where(jnp.asarray(problem.noise_outputs), y[..., m : 2 * m], problem.sigma)
+    else:
+        sigma = problem.sigma
+    observed = ~jnp.isnan(problem.data)
+    data = jnp.where(observed, problem.data, 1.0)
+    tr = jnp.stack([_transform(pred[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
+    trd = jnp.stack([_transform(data[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
+    r = jnp.where(observed, (tr - trd) / sigma, 0.0)
+    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
+    log_jac = jnp.stack(
+        [
+            jnp.zeros_like(data[..., o])
+            if problem.transforms[o] == "lin"
+            else jnp.log(data[..., o])
+            + (jnp.log(jnp.log(10.0)) if problem.transforms[o] == "log10" else 0.0)
+            for o in range(m)
+        ],
+        axis=-1,
+    )
+    ll_normal = -0.5 * jnp.log(2 * jnp.pi * sigma**2) - 0.5 * r**2
+    ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
+    ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
+    llh = jnp.sum(jnp.where(observed, ll, 0.0))
+    J = None
+    if jacobian:
+        dY = Y[..., :m, :]
+        scale = jnp.stack(
+            [
+                jnp.ones_like(pred[..., o])
+                if problem.transforms[o] == "lin"
+                else 1.0
+                / (pred[..., o] * (jnp.log(10.0) if problem.transforms[o] == "log10" else 1.0))
+                for o in range(m)
+            ],
+            axis=-1,
+        )
+        J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
+    return Prediction(pred, sigma, r, J, llh, ok)
+
+
+def predict(
+    problem: Problem,
+    theta: ArrayLike | Mapping | None = None,
+    *,
+    jacobian: bool = False,
+    integrator: Integrator | None = None,
+) -> Prediction:
+    """Simulate every experiment of `problem` at `theta` (on the estimation scale;
+    default: nominal), with the weighted residuals, the PEtab log-likelihood and, with
+    `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
+    naming the experiment."""
+    theta = check_theta(problem, theta)
+    integrator = problem.model.integrator if integrator is None else integrator
+    out = _predict(problem, theta, integrator, bool(jacobian))
+    ok = np.asarray(out.ok)
+    if not ok.all():
+        bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]
+        raise RuntimeError(
+            f"The solve failed (or gave non-finite values) in {bad}: try a stiff solver, "
+            "looser tolerances or more max_steps (ji.Integrator)."
+        )
+    return out
+
+
+def problem_sensitivity(
+    problem: Problem,
+    theta: ArrayLike | Mapping | None = None,
+    *,
+    integrator: Integrator | None = None,
+) -> Sensitivity:
+    """The noise-weighted sensitivity matrix of a problem: one row per observed datum
+    (experiments stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the
+    observable transformation and `theta` on the estimation scale. Its Gram matrix is
+    the Fisher information (for normal noise); every selection and rank analysis of
+    jaxident takes it (`scale="noise"` marks it)."""
+    out = predict(problem, theta, jacobian=True, integrator=integrator)
+    observed = np.asarray(problem.observed)
+    J = np.asarray(out.jacobian)[observed]
+    outputs = np.asarray(out.outputs)[observed]
+    integrator = problem.model.integrator if integrator is None else integrator
+    return Sensitivity(
+        matrix=jnp.asarray(J),
+        outputs=jnp.asarray(outputs),
+        times=jnp.arange(J.shape[0], dtype=float),
+        names=problem.parameters.names,
+        output_names=None,
+        scale="noise",
+        ok=jnp.asarray(True),
+        accuracy=accuracy(problem.model, integrator, J.dtype),
+    )

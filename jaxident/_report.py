@@ -1,0 +1,495 @@
+"""`ji.analyze`: the complete identifiability answer for a model or a problem in one
+call: the numerical rank and its margin, every parameter in a non-identifiable
+direction grouped into dependent sets, the identifiable combinations (monomials read
+off the null space on the log scale, linear combinations otherwise), the column subset
+selection with its metrics, and practical identifiability from the noise model."""
+
+import json
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import equinox as eqx
+import numpy as np
+
+from ._checks import check_theta
+from ._identify._css import select_parameters
+from ._identify._estimability import estimability
+from ._linalg._css._srrqr import StrongRRQR
+from ._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
+from ._linalg._selection import Selection
+from ._model import AbstractModel
+from ._problem import Experiment, Problem, problem_sensitivity, unscale
+
+
+class Group(eqx.Module):
+    """Parameters that move together in the null space: `names`, the null vectors
+    restricted to them (`directions`, columns, on the log scale of each parameter),
+    what the data do determine about them (`combinations`, as text), and whether the
+    group is a scaling symmetry (`monomial`: the combinations are monomials, valid
+    everywhere; else linear combinations valid near `theta`)."""
+
+    names: tuple[str, ...]
+    directions: np.ndarray
+    combinations: tuple[str, ...]
+    monomial: bool
+
+
+class Report(eqx.Module):
+    """The identifiability report of `ji.analyze` (print it, `to_dict()`, `to_json()`,
+    `plot()`).
+
+    **Fields:**
+
+    - `name`, `names` (the parameters), `theta` (on the estimation scale), `scales`.
+    - `singular_values`: of the equilibrated, noise-weighted sensitivity matrix,
+      relative to the largest; `rank`, `rank_rule`, `margin` (`sigma_k / sigma_{k+1}`,
+      inf at full rank).
+    - `non_identifiable`: every parameter with a component in a non-identifiable
+      direction; `groups`: those parameters in dependent sets (`Group`), with the
+      identifiable combinations; `identifiable`: the rest.
+    - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
+    - `std`: the standard deviation of each parameter on its estimation scale from the
+      Fisher information (inf for non-identifiable parameters; the others with those
+      held fixed), `decades`: the same in decades (log10 units); `threshold` and
+      `practically_non_identifiable` (identifiable parameters above it);
+      `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
+      standard deviation exceeds the threshold.
+    - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1).
+    """
+
+    name: str
+    names: tuple[str, ...]
+    theta: np.ndarray
+    scales: tuple[str, ...]
+    singular_values: np.ndarray
+    rank: int
+    rank_rule: str
+    margin: float
+    non_identifiable: tuple[str, ...]
+    groups: tuple[Group, ...]
+    selection: Selection
+    std: np.ndarray
+    threshold: float
+    weak_directions: tuple
+    noise_model: bool
+
+    @property
+    def identifiable(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n not in self.non_identifiable)
+
+    @property
+    def decades(self) -> np.ndarray:
+        return _decades(self.std, self.theta, self.scales)
+
+    @property
+    def practically_non_identifiable(self) -> tuple[str, ...]:
+        d = self.decades
+        return tuple(
+            n
+            for i, n in enumerate(self.names)
+            if n not in self.non_identifiable and d[i] > self.threshold
+        )
+
+    @property
+    def combinations(self) -> tuple[str, ...]:
+        return tuple(c for g in self.groups for c in g.combinations)
+
+    def to_dict(self) -> dict:
+        def num(x):
+            x = float(x)
+            return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+        return {
+            "name": self.name,
+            "parameters": list(self.names),
+            "theta": [num(x) for x in self.theta],
+            "scales": list(self.scales),
+            "rank": self.rank,
+            "n_parameters": len(self.names),
+            "rank_rule": self.rank_rule,
+            "margin": num(self.margin),
+            "singular_values": [num(x) for x in self.singular_values],
+            "non_identifiable": list(self.non_identifiable),
+            "groups": [
+                {
+                    "parameters": list(g.names),
+                    "null_directions": np.asarray(g.directions).T.tolist(),
+                    "identifiable_combinations": list(g.combinations),
+                    "monomial": bool(g.monomial),
+                }
+                for g in self.groups
+            ],
+            "identifiable": list(self.identifiable),
+            "selection": {
+                "k": int(self.selection.k),
+                "selected": list(self.selection.identifiable),
+                "not_selected": list(self.selection.non_identifiable),
+            },
+            "noise_model": self.noise_model,
+            "std": {n: num(s) for n, s in zip(self.names, self.std)},
+            "std_decades": {n: num(s) for n, s in zip(self.names, self.decades)},
+            "threshold_decades": self.threshold,
+            "practically_non_identifiable": list(self.practically_non_identifiable),
+            "weak_directions": [
+                {
+                    "singular_value": num(s),
+                    "std": num(d),
+                    "direction": _direction_dict(self.names, v),
+                }
+                for s, d, v in self.weak_directions
+            ],
+        }
+
+    def to_json(self, path=None, **kwargs) -> str:
+        text = json.dumps(self.to_dict(), indent=2, **kwargs)
+        if path is not None:
+            with open(path, "w") as fh:
+                fh.write(text)
+        return text
+
+    def __str__(self) -> str:
+        p = len(self.names)
+        lines = [f"Identifiability of {self.name}: {p} parameters"]
+        margin = "full rank" if not math.isfinite(self.margin) else f"gap {self.margin:.3g}"
+        lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
+        if not self.non_identifiable:
+            lines.append("  every parameter is structurally identifiable (locally, here)")
+        else:
+            lines.append(
+                f"  {len(self.non_identifiable)} non-identifiable: "
+                + ", ".join(self.non_identifiable)
+            )
+            for g in self.groups:
+                d = g.directions.shape[1]
+                head = f"    {{{', '.join(g.names)}}}"
+                if not g.combinations:
+                    lines.append(f"{head}: no effect on the outputs")
+                elif g.monomial or len(g.combinations) <= 2:
+                    lines.append(f"{head}: identifiable only {'; '.join(g.combinations)}")
+                else:
+                    lines.append(
+                        f"{head}: {d} non-identifiable direction(s), {len(g.combinations)} "
+                        "identifiable linear combinations of the log parameters near theta "
+                        "(Report.groups)"
+                    )
+        lines.append(
+            f"  column subset selection (k={int(self.selection.k)}): "
+            + ", ".join(self.selection.identifiable)
+        )
+        noise = "noise model" if self.noise_model else "sigma = 1 (no noise model given)"
+        lines.append(
+            f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
+        )
+        w = max(len(n) for n in self.names)
+        dec = self.decades
+        for i, n in enumerate(self.names):
+            flag = ""
+            if n in self.non_identifiable:
+                flag = "  non-identifiable"
+            elif dec[i] > self.threshold:
+                flag = "  PRACTICALLY NON-IDENTIFIABLE"
+            lines.append(
+                f"    {n:<{w}}  {self.scales[i]:>5} {float(self.theta[i]):>11.4g}  "
+                f"std {float(self.std[i]):.3g} ({float(dec[i]):.3g} decades){flag}"
+            )
+        for s, d, v in self.weak_directions:
+            lines.append(
+                f"    weak direction (sigma {s:.3g}, std {d:.3g}): {_direction_text(self.names, v)}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.__str__()
+
+    def plot(self, **kwargs):
+        from . import plot
+
+        return plot.report(self, **kwargs)
+
+
+def _direction_dict(names, v) -> dict:
+    return {n: float(x) for n, x in zip(names, v) if abs(x) > 1e-3 * np.abs(v).max()}
+
+
+def _direction_text(names, v) -> str:
+    big = np.abs(v).max()
+    return " ".join(f"{x:+.2f} {n}" for n, x in zip(names, v) if abs(x) > 0.05 * big)
+
+
+def _decades(std, theta, scales) -> np.ndarray:
+    out = []
+    for s, t, sc in zip(np.asarray(std), np.asarray(theta), scales):
+        if sc == "log10":
+            out.append(s)
+        elif sc == "log":
+            out.append(s / math.log(10))
+        else:
+            out.append(s / (abs(t) * math.log(10)) if t != 0 else s)
+    return np.asarray(out, dtype=float)
+
+
+def _components(sets: Sequence[Sequence[str]], names: Sequence[str]) -> list[tuple[str, ...]]:
+    parent = {n: n for n in names}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for s in sets:
+        for a in s[1:]:
+            parent[find(a)] = find(s[0])
+    groups: dict[str, list[str]] = {}
+    for s in sets:
+        for a in s:
+            groups.setdefault(find(a), [])
+    for n in names:
+        if find(n) in groups:
+            groups[find(n)].append(n)
+    return [tuple(g) for g in groups.values()]
+
+
+def _integer_vector(v: np.ndarray, max_den: int = 24) -> np.ndarray | None:
+    """`v` up to scale as a vector of small integers, or None when it is not one."""
+    v = v / np.abs(v).max()
+    fr = [Fraction(float(x)).limit_denominator(max_den) for x in v]
+    lcm = 1
+    for f in fr:
+        lcm = lcm * f.denominator // math.gcd(lcm, f.denominator)
+    ints = np.array([int(f * lcm) for f in fr])
+    if np.abs(ints / np.abs(ints).max() - v).max() > 1e-6:
+        return None
+    return ints // np.gcd.reduce(np.abs(ints[ints != 0]))
+
+
+def _complement(N: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the complement of the columns of `N` (`g x d`)."""
+    U = np.linalg.svd(N, full_matrices=True)[0]
+    return U[:, N.shape[1] :]
+
+
+def _echelon(A: np.ndarray) -> np.ndarray:
+    """The reduced row echelon form of a full-row-rank `A` (partial pivoting)."""
+    A = A.copy()
+    r = 0
+    for c in range(A.shape[1]):
+        if r == A.shape[0]:
+            break
+        i = r + int(np.argmax(np.abs(A[r:, c])))
+        if abs(A[i, c]) < 1e-8 * np.abs(A).max():
+            continue
+        A[[r, i]] = A[[i, r]]
+        A[r] /= A[r, c]
+        for j in range(A.shape[0]):
+            if j != r:
+                A[j] -= A[j, c] * A[r]
+        r += 1
+    return A
+
+
+def _combination_texts(names, N, monomial: bool, log_units: bool) -> tuple[str, ...]:
+    """What the data determine about a group with null directions `N` (`g x d`, log
+    units where `log_scale`): monomials `prod theta_i^a_i` with small integers `a`
+    orthogonal to every null direction, else linear combinations."""
+    import sympy as sp
+
+    g, d = N.shape
+    if g == d:
+        return ()
+    if monomial:
+        rows = [_integer_vector(r) for r in _echelon(N.T)]
+        if all(r is not None for r in rows):
+            texts = []
+            for b in sp.Matrix([[int(x) for x in r] for r in rows]).nullspace():
+                den = sp.ilcm(*[sp.fraction(x)[1] for x in b])
+                a = np.array([int(x * den) for x in b])
+                a = a // np.gcd.reduce(np.abs(a[a != 0]))
+                if a[np.flatnonzero(a)[0]] < 0:
+                    a = -a
+                if np.abs(N.T @ a).max() > 1e-6 * np.linalg.norm(a):
+                    break
+                texts.append(_monomial(names, a))
+            else:
+                return tuple(texts)
+    texts = []
+    for c in _complement(N).T:
+        c = c / np.abs(c).max()
+        log = "log " if log_units else ""
+        terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
+        texts.append(f"locally {terms}")
+    return tuple(texts)
+
+
+def _monomial(names, a) -> str:
+    def power(n, k):
+        return n if k == 1 else f"{n}^{k}"
+
+    num = [power(n, k) for n, k in zip(names, a) if k > 0]
+    den = [power(n, -k) for n, k in zip(names, a) if k < 0]
+    top = "*".join(num) if num else "1"
+    if not den:
+        return top
+    bottom = den[0] if len(den) == 1 else "(" + "*".join(den) + ")"
+    return f"{top}/{bottom}"
+
+
+def _log_columns(S, th, scales):
+    """`S` with each column on the log scale of its parameter (a column scaling: rank,
+    null-space support and selection do not change; null vectors become exponents),
+    and which columns could be (a parameter at 0 on a linear scale stays linear)."""
+    lin = unscale(th, scales)
+    log_ok = np.array([sc != "lin" or v != 0 for sc, v in zip(scales, lin)])
+    col = [
+        1.0 if sc == "log" else (1 / math.log(10) if sc == "log10" else (v if v != 0 else 1.0))
+        for sc, v in zip(scales, lin)
+    ]
+    return S * np.asarray(col)[None, :], log_ok
+
+
+def _null_log_units(est) -> np.ndarray:
+    N = np.asarray(est.basis) / np.asarray(est.scale)[:, None]
+    return N / np.linalg.norm(N, axis=0, keepdims=True)
+
+
+def _moved(problem, th):
+    """A second point, each parameter moved by up to 25% (deterministic), inside its
+    bounds."""
+    rng = np.random.default_rng(0)
+    lo, up = np.asarray(problem.parameters.lower), np.asarray(problem.parameters.upper)
+    out = []
+    for t, sc, a, b in zip(th, problem.scales, lo, up):
+        f = rng.uniform(0.1, 0.25) * rng.choice([-1, 1])
+        v = t + f * math.log10(math.e) if sc == "log10" else (t + f if sc == "log" else t * (1 + f))
+        if t == 0 and sc == "lin":
+            v = f
+        if not a <= v <= b:
+            v = t - (v - t)
+        out.append(v if a <= v <= b else t)
+    return np.asarray(out)
+
+
+def analyze(
+    target: Problem | AbstractModel,
+    theta=None,
+    *,
+    rank: AbstractRankRule | None = None,
+    method=StrongRRQR(),
+    threshold: float = 1.0,
+    sigma=None,
+    integrator=None,
+    name: str | None = None,
+) -> Report:
+    """The complete identifiability report of a model or a problem at `theta`.
+
+    **Arguments:**
+
+    - `target`: a `ji.Problem` (several experiments, a noise model, parameters on their
+      estimation scales; e.g. from `ji.petab.load`) or a model (one experiment at
+      `model.times`; with `sigma`, a scalar, one per output or a `ji.MeasurementError`,
+      as its noise model, else sigma = 1).
+    - `theta`: the parameters (on the estimation scale for a problem); default nominal.
+    - `rank`: the rank rule (default `RelativeTolerance` at the accuracy of the
+      sensitivities); `method`: the column subset selection (default `StrongRRQR()`).
+    - `threshold`: in decades: an identifiable parameter whose standard deviation
+      exceeds it (one decade by default, i.e. a 1-sigma interval wider than a factor 10
+      either way) is flagged as practically non-identifiable.
+
+    Non-identifiable directions are found on the log scale of each parameter (for a
+    parameter estimated on a linear scale, the column is multiplied by its value). A
+    group whose null directions there are the same at a second point (each parameter
+    moved by 10-25%) is a scaling symmetry: `prod theta_i^a_i` cannot be determined
+    for a null vector `a`, and the monomials orthogonal to every null vector can
+    (`beta*I0`, `k1*V`), reported with small integer exponents. Otherwise the group's
+    identifiable linear combinations (of the log parameters) at `theta` are reported.
+
+    **Returns:** a `Report`.
+    """
+    if isinstance(target, Problem):
+        problem = target
+        noise_model = True
+    else:
+        noise_model = sigma is not None
+        times = np.asarray(target.times)
+        problem = Problem(target, Experiment(times, sigma=1.0 if sigma is None else sigma))
+    if not (isinstance(threshold, (int, float)) and threshold > 0):
+        raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
+    sens = problem_sensitivity(problem, theta, integrator=integrator)
+    S = np.asarray(sens.matrix)
+    names = problem.parameters.names
+    th = np.asarray(check_theta(problem, theta), dtype=float)
+    rank = with_accuracy(RelativeTolerance() if rank is None else rank, sens.accuracy)
+    S_log, log_ok = _log_columns(S, th, problem.scales)
+    est = estimability(S_log, names, rank=rank)
+    p = len(names)
+    k = p - est.nullity
+    s = np.asarray(est.singular_values)
+    rel = s / s[0] if s[0] > 0 else s
+    margin = float(s[k - 1] / s[k]) if 0 < k < p and s[k] > 0 else math.inf
+    non_id = tuple(n for n in names if n not in est.estimable)
+    groups = []
+    if est.nullity:
+        N = _null_log_units(est)
+        # A scaling symmetry (theta_i -> c^a_i theta_i) has the same null direction on
+        # the log scale everywhere: compare with the null space at a second point
+        # (each parameter moved by up to 25%, on its estimation scale).
+        th2 = _moved(problem, th)
+        S2 = np.asarray(problem_sensitivity(problem, th2, integrator=integrator).matrix)
+        V2 = np.linalg.svd(_log_columns(S2, th2, problem.scales)[0] / est.scale[None, :])[2]
+        P2 = V2[p - est.nullity :].T  # the null space there, equilibrated units
+        for g in _components(est.dependent_sets, names):
+            idx = [names.index(n) for n in g]
+            U, sv, _ = np.linalg.svd(N[idx], full_matrices=False)
+            d = int(np.sum(sv > 1e-8 * max(sv.max(), 1e-300)))
+            Ng = U[:, :d]
+            # the group's null directions, back in equilibrated units, must lie in the
+            # null space at the second point
+            full = np.zeros((p, d))
+            full[idx] = Ng * np.asarray(est.scale)[idx, None]
+            full /= np.linalg.norm(full, axis=0, keepdims=True)
+            off = np.linalg.norm(full - P2 @ (P2.T @ full))
+            symmetric = bool(np.all(log_ok[idx]) and off < 1e-4)
+            texts = _combination_texts(g, Ng, symmetric, bool(np.all(log_ok[idx])))
+            groups.append(Group(tuple(g), Ng, texts, symmetric))
+    selection = select_parameters(sens, method=method, rank=rank)
+    # practical identifiability: the Fisher information on the estimation scale, with
+    # the non-identifiable parameters held fixed (no cut-off: a direction the data
+    # barely see gives the huge standard deviation it has)
+    F = S.T @ S
+    keep = [i for i, n in enumerate(names) if n not in non_id]
+    std = np.full(p, np.inf)
+    # in decades: the Fisher information in log10 units of each parameter
+    g = _decades(np.ones(p), th, problem.scales)
+    g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
+    weak = []
+    if keep:
+        G = g[keep]
+        lam, V = np.linalg.eigh(G[:, None] * F[np.ix_(keep, keep)] * G[None, :])
+        with np.errstate(divide="ignore"):
+            inv = np.where(lam > 0, 1 / np.where(lam > 0, lam, 1.0), np.inf)
+        var = np.where(V**2 > 0, V**2 * inv[None, :], 0.0).sum(axis=1)
+        std[keep] = np.sqrt(var) / G
+        for j in np.argsort(lam):
+            sd = math.sqrt(inv[j])
+            if sd > threshold:
+                v = np.zeros(p)
+                v[keep] = V[:, j]
+                weak.append((math.sqrt(max(lam[j], 0.0)), sd, v))
+    return Report(
+        name=name or problem.name or type(target).__name__,
+        names=names,
+        theta=th,
+        scales=problem.scales,
+        singular_values=rel,
+        rank=int(k),
+        rank_rule=est.rank_rule,
+        margin=margin,
+        non_identifiable=non_id,
+        groups=tuple(groups),
+        selection=selection,
+        std=std,
+        threshold=float(threshold),
+        weak_directions=tuple(weak),
+        noise_model=noise_model,
+    )

@@ -1,0 +1,149 @@
+"""Symbolic expressions (SymPy trees from a parser, never from `eval`) evaluated as JAX
+operations, and ordered so that each is evaluated after the quantities it uses."""
+
+from collections.abc import Mapping, Sequence
+
+import jax.numpy as jnp
+import sympy as sp
+from jaxtyping import Array
+
+
+class UnsupportedMath(ValueError):
+    """An expression uses an operation with no JAX counterpart here."""
+
+
+_FUNCTIONS = {
+    sp.exp: jnp.exp,
+    sp.log: jnp.log,
+    sp.Abs: jnp.abs,
+    sp.sin: jnp.sin,
+    sp.cos: jnp.cos,
+    sp.tan: jnp.tan,
+    sp.asin: jnp.arcsin,
+    sp.acos: jnp.arccos,
+    sp.atan: jnp.arctan,
+    sp.sinh: jnp.sinh,
+    sp.cosh: jnp.cosh,
+    sp.tanh: jnp.tanh,
+    sp.floor: jnp.floor,
+    sp.ceiling: jnp.ceil,
+    sp.sign: jnp.sign,
+}
+
+_RELATIONS = {
+    sp.StrictLessThan: jnp.less,
+    sp.LessThan: jnp.less_equal,
+    sp.StrictGreaterThan: jnp.greater,
+    sp.GreaterThan: jnp.greater_equal,
+    sp.Equality: jnp.equal,
+    sp.Unequality: jnp.not_equal,
+}
+
+
+def _power(base: Array, exponent: sp.Expr, env) -> Array:
+    if exponent.is_number and float(exponent).is_integer() and abs(float(exponent)) <= 64:
+        n = int(float(exponent))
+        return base**n if n >= 0 else 1.0 / base ** (-n)
+    return jnp.power(base, evaluate(exponent, env))
+
+
+def evaluate(expr: sp.Basic, env: Mapping[str, Array]) -> Array:
+    """The value of `expr` with each symbol looked up by name in `env` (traced arrays
+    inside `jit`). Raises `UnsupportedMath` for an operation it does not know, and
+    `KeyError` naming an undefined symbol."""
+    if isinstance(expr, sp.Symbol):
+        try:
+            return env[expr.name]
+        except KeyError:
+            raise KeyError(f"undefined symbol {expr.name!r}") from None
+    if expr is sp.true or expr is sp.false:
+        return jnp.asarray(bool(expr))
+    if expr is sp.pi:
+        return jnp.asarray(jnp.pi)
+    if expr is sp.E:
+        return jnp.asarray(jnp.e)
+    if expr is sp.oo or expr is -sp.oo:
+        return jnp.asarray(float(expr))
+    if expr.is_Number:
+        return jnp.asarray(float(expr))
+    args = expr.args
+    if isinstance(expr, sp.Add):
+        out = evaluate(args[0], env)
+        for a in args[1:]:
+            out = out + evaluate(a, env)
+        return out
+    if isinstance(expr, sp.Mul):
+        out = evaluate(args[0], env)
+        for a in args[1:]:
+            out = out * evaluate(a, env)
+        return out
+    if isinstance(expr, sp.Pow):
+        return _power(evaluate(args[0], env), args[1], env)
+    if isinstance(expr, sp.log) and len(args) == 2:
+        return jnp.log(evaluate(args[0], env)) / jnp.log(evaluate(args[1], env))
+    for kind, fn in _FUNCTIONS.items():
+        if isinstance(expr, kind):
+            return fn(*(evaluate(a, env) for a in args))
+    if isinstance(expr, (sp.Max, sp.Min)):
+        fn = jnp.maximum if isinstance(expr, sp.Max) else jnp.minimum
+        out = evaluate(args[0], env)
+        for a in args[1:]:
+            out = fn(out, evaluate(a, env))
+        return out
+    for kind, fn in _RELATIONS.items():
+        if isinstance(expr, kind):
+            return fn(evaluate(args[0], env), evaluate(args[1], env))
+    if isinstance(expr, (sp.And, sp.Or, sp.Xor)):
+        fn = {sp.And: jnp.logical_and, sp.Or: jnp.logical_or, sp.Xor: jnp.logical_xor}
+        fn = fn[type(expr)]
+        out = evaluate(args[0], env)
+        for a in args[1:]:
+            out = fn(out, evaluate(a, env))
+        return out
+    if isinstance(expr, sp.Not):
+        return jnp.logical_not(evaluate(args[0], env))
+    if isinstance(expr, sp.Piecewise):
+        # the last piece first, so that the first true condition wins
+        out = None
+        for value, cond in reversed(args):
+            v = evaluate(value, env)
+            if out is None:
+                if cond is not sp.true:
+                    raise UnsupportedMath(
+                        f"piecewise without an 'otherwise' value: {expr}; add a last piece "
+                        "whose condition is true."
+                    )
+                out = v
+            else:
+                out = jnp.where(evaluate(cond, env), v, out)
+        return out
+    name = getattr(expr.func, "__name__", type(expr).__name__)
+    raise UnsupportedMath(f"unsupported operation {name!r} in {expr}")
+
+
+def symbols_of(expr: sp.Basic) -> set[str]:
+    return {s.name for s in expr.free_symbols}
+
+
+def dependency_order(defs: Mapping[str, sp.Basic], what: str) -> list[str]:
+    """The names of `defs` ordered so that each comes after the names of `defs` its
+    expression uses; a cycle is an error naming its members."""
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, path: Sequence[str]):
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = " -> ".join([*path[path.index(name) :], name])
+            raise ValueError(f"The {what} depend on each other in a cycle: {cycle}.")
+        state[name] = 1
+        for dep in sorted(symbols_of(defs[name])):
+            if dep in defs:
+                visit(dep, [*path, name])
+        state[name] = 2
+        order.append(name)
+
+    for name in defs:
+        visit(name, [])
+    return order

@@ -1,0 +1,332 @@
+"""PEtab problems as `ji.Problem`s: `ji.petab.load("problem.yaml")`.
+
+The tables are read by the `petab` package and every formula is parsed by its grammar
+(`petab.v1.math.sympify_petab`), the SBML model by libsbml (`ji.sbml_model`): nothing
+from a file is ever evaluated as Python, so a formula such as `__import__('os')` is a
+parse error, not code that runs.
+
+What is supported: one SBML model; observables with lin/log/log10 transformations and
+normal or Laplace noise; observable and noise parameter overrides (numbers or
+parameter ids, one per condition and observable); conditions that set parameters or
+compartment sizes (numbers or parameter ids); pre-equilibration to a steady state
+(for all conditions or none); parameters on lin, log and log10 scales. Estimated
+parameters that only enter the noise model (`sd_*`, `sigma`) are held at their nominal
+values and listed as `problem.noise_parameters`; the others are the problem's
+parameters, on their PEtab scale. Species overrides in conditions, steady-state
+measurements (time `inf`), priors and several models raise a `ValueError`.
+"""
+
+import os
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def _petab():
+    try:
+        import petab.v1 as petab
+        from petab.v1.math import sympify_petab
+    except ImportError:
+        raise ImportError(
+            "Reading PEtab problems needs the petab package: pip install 'jaxident[petab]'."
+        ) from None
+    return petab, sympify_petab
+
+
+def _parse(text, where: str):
+    _, sympify_petab = _petab()
+    if isinstance(text, (int, float, np.number)) and not isinstance(text, bool):
+        import sympy as sp
+
+        return sp.Float(float(text))
+    try:
+        return sympify_petab(str(text))
+    except Exception as e:  # the parser's message names the position
+        raise ValueError(f"{where}: the formula {str(text)!r} could not be parsed: {e}") from None
+
+
+def _overrides(value) -> list:
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value == "":
+        return []
+    if isinstance(value, (int, float, np.number)):
+        return [float(value)]
+    out = []
+    for part in str(value).split(";"):
+        part = part.strip()
+        try:
+            out.append(float(part))
+        except ValueError:
+            out.append(part)
+    return out
+
+
+def load(yaml_path: str | os.PathLike, *, name: str | None = None):
+    """Load a PEtab problem (format version 1) as a `ji.Problem`.
+
+    **Returns:** a `ji.Problem` whose model is an `SBMLModel` with the observables and
+    noise formulas as outputs, with one `ji.Experiment` per (pre-equilibration,
+    simulation) condition pair, and whose parameters are the estimated PEtab parameters
+    (without the noise-only ones) on their PEtab scales.
+
+    **Raises:** `ValueError` naming an unsupported feature, a formula that does not
+    parse, or an inconsistent table.
+    """
+    from ._problem import Experiment, Problem
+    from ._sbml import sbml_model
+
+    petab, _ = _petab()
+    yaml_path = os.fspath(yaml_path)
+    base = os.path.dirname(os.path.abspath(yaml_path))
+    cfg = petab.yaml.load_yaml(yaml_path)
+    problems = cfg.get("problems", [])
+    if len(problems) != 1 or len(problems[0].get("sbml_files", [])) != 1:
+        raise ValueError(f"{yaml_path}: exactly one problem with one SBML model is supported.")
+    spec = problems[0]
+
+    def table(files, reader):
+        import pandas as pd
+
+        frames = [reader(os.path.join(base, f)) for f in files]
+        return pd.concat(frames) if len(frames) > 1 else frames[0]
+
+    par_files = cfg["parameter_file"]
+    par_files = [par_files] if isinstance(par_files, str) else par_files
+    par_df = table(par_files, petab.get_parameter_df).reset_index()
+    cond_df = table(spec["condition_files"], petab.get_condition_df).reset_index()
+    meas_df = table(spec["measurement_files"], petab.get_measurement_df)
+    obs_df = table(spec["observable_files"], petab.get_observable_df).reset_index()
+    sbml_path = os.path.join(base, spec["sbml_files"][0])
+    for col in ("objectivePriorType", "initializationPriorType"):
+        if col in par_df and par_df[col].notna().any():
+            pass  # priors do not change identifiability analysis; they are ignored
+    if np.isinf(meas_df["time"].astype(float)).any():
+        raise ValueError(f"{yaml_path}: steady-state measurements (time inf) are not supported.")
+
+    # observables and noise formulas, with their placeholders
+    observables, noise, transforms, distributions, placeholders = {}, {}, [], [], {}
+    for _, row in obs_df.iterrows():
+        oid = row["observableId"]
+        f = _parse(row["observableFormula"], f"observable {oid!r}")
+        s = _parse(row["noiseFormula"], f"noise formula of {oid!r}")
+        observables[oid], noise[f"sigma_{oid}"] = f, s
+        transforms.append(str(row.get("observableTransformation", "lin") or "lin"))
+        dist = row.get("noiseDistribution", "normal")
+        distributions.append("normal" if not isinstance(dist, str) else dist)
+        for sym in f.free_symbols | s.free_symbols:
+            m = re.fullmatch(r"(observable|noise)Parameter(\d+)_(.+)", sym.name)
+            if m and m.group(3) == oid:
+                placeholders[sym.name] = (oid, m.group(1), int(m.group(2)))
+    transforms = [
+        t if t in ("lin", "log", "log10") else _bad(f"observable transformation {t!r}")
+        for t in transforms
+    ]
+    for d in distributions:
+        if d not in ("normal", "laplace"):
+            _bad(f"noise distribution {d!r}")
+
+    # the PEtab parameters
+    par_df = par_df.set_index("parameterId")
+    est = par_df["estimate"].astype(int) == 1
+    scale_of = {p: str(par_df.loc[p, "parameterScale"]) for p in par_df.index}
+    nominal_of = {p: float(par_df.loc[p, "nominalValue"]) for p in par_df.index}
+
+    # which estimated parameters are noise-only: they appear only among noise overrides
+    noise_refs, other_refs = set(), set()
+    for _, row in meas_df.iterrows():
+        for v in _overrides(row.get("noiseParameters")):
+            if isinstance(v, str):
+                noise_refs.add(v)
+        for v in _overrides(row.get("observableParameters")):
+            if isinstance(v, str):
+                other_refs.add(v)
+    for col in cond_df.columns:
+        for v in cond_df[col]:
+            if isinstance(v, str):
+                other_refs.add(v)
+    for e in [*observables.values()]:
+        other_refs |= {s.name for s in e.free_symbols}
+    for e in noise.values():
+        noise_refs |= {s.name for s in e.free_symbols}
+    # symbols of the SBML model
+    from ._sbml import read_sbml
+
+    _, sbml = read_sbml(sbml_path)
+    sbml_ids = {x.getId() for x in [*sbml.getListOfParameters(), *sbml.getListOfCompartments()]}
+    species_ids = {s.getId() for s in sbml.getListOfSpecies()}
+    other_refs |= sbml_ids
+    noise_only = tuple(p for p in par_df.index[est] if p in noise_refs and p not in other_refs)
+    estimated = [p for p in par_df.index[est] if p not in noise_only]
+
+    # extra parameters: placeholders and PEtab parameters the SBML file lacks
+    extra = {ph: 1.0 for ph in placeholders}
+    used = set().union(*(e.free_symbols for e in [*observables.values(), *noise.values()]))
+    for p in par_df.index:
+        if p not in sbml_ids and p not in extra and (p in estimated or sp_name(p) in used):
+            extra[p] = nominal_of[p]
+    # a noise formula in numbers and fixed parameters only is evaluated per datum here;
+    # one that depends on the state or on estimated parameters becomes a model output
+    dynamic = (
+        species_ids | set(estimated) | {"time"} | {r.getVariable() for r in sbml.getListOfRules()}
+    )
+    on_host = [
+        not any(
+            s.name in dynamic or placeholders.get(s.name, ("", "noise"))[1] == "observable"
+            for s in noise[f"sigma_{oid}"].free_symbols
+        )
+        for oid in observables
+    ]
+    outputs = dict(observables)
+    if not all(on_host):
+        outputs.update(noise)
+    model = sbml_model(sbml_path, observables=outputs, extra_parameters=extra)
+    constants = dict(zip(model.parameters.names, np.asarray(model.parameters.nominal).tolist()))
+    constants.update({p: nominal_of[p] for p in par_df.index})
+
+    # one experiment per condition pair
+    cond_df = cond_df.set_index("conditionId")
+    cond_cols = [c for c in cond_df.columns if c != "conditionName"]
+    for c in cond_cols:
+        if c in species_ids:
+            raise ValueError(
+                f"{yaml_path}: condition column {c!r} sets a species; species overrides in "
+                "conditions are not supported yet."
+            )
+        if c not in model.parameters.names:
+            raise ValueError(
+                f"{yaml_path}: condition column {c!r} is not a parameter or compartment of "
+                "the model."
+            )
+
+    def resolve(v):
+        """A number, or the name of an estimated parameter; fixed and noise-only
+        parameters become their nominal values, other model ids stay names."""
+        if isinstance(v, str):
+            if v in estimated:
+                return v
+            if v in constants:
+                return constants[v]
+            raise ValueError(f"{yaml_path}: {v!r} is neither a number nor a known parameter.")
+        return float(v)
+
+    def condition_map(cid):
+        out = {}
+        for c in cond_cols:
+            v = cond_df.loc[cid, c]
+            if isinstance(v, float) and np.isnan(v):
+                continue
+            out[c] = resolve(v)
+        for p in model.parameters.names:
+            if p not in out and p in par_df.index:
+                out[p] = resolve(p)
+        return out
+
+    def host_sigma(oid, vals):
+        from ._symbolic import evaluate
+
+        env = dict(constants)
+        for k, v in enumerate(vals, start=1):
+            env[f"noiseParameter{k}_{oid}"] = resolve(v)
+        return float(evaluate(noise[f"sigma_{oid}"], env))
+
+    meas_df = meas_df.copy()
+    if "preequilibrationConditionId" not in meas_df:
+        meas_df["preequilibrationConditionId"] = ""
+    meas_df["preequilibrationConditionId"] = meas_df["preequilibrationConditionId"].fillna("")
+    obs_ids = list(observables)
+    experiments = []
+    groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
+    for (pre, sim), df in groups:
+        df_t = df["time"].astype(float)
+        counts = df.assign(t=df_t).groupby(["t", "observableId"]).size()
+        slots = counts.groupby(level=0).max()  # replicates: a time repeats
+        times = np.repeat(slots.index.to_numpy(float), slots.to_numpy(int))
+        first = {t: int(np.searchsorted(times, t)) for t in slots.index}
+        data = np.full((times.size, len(obs_ids)), np.nan)
+        sigma = np.ones_like(data)
+        cond = condition_map(sim)
+        seen = {}
+        for _, row in df.iterrows():
+            oid = row["observableId"]
+            if oid not in observables:
+                raise ValueError(f"{yaml_path}: measurement of unknown observable {oid!r}.")
+            o = obs_ids.index(oid)
+            i = first[float(row["time"])]
+            while not np.isnan(data[i, o]):
+                i += 1
+            data[i, o] = float(row["measurement"])
+            for kind, col in (("observable", "observableParameters"), ("noise", "noiseParameters")):
+                vals = tuple(_overrides(row.get(col)))
+                if kind == "noise" and on_host[o]:
+                    sigma[i, o] = host_sigma(oid, vals)
+                    continue
+                key = (oid, kind)
+                if seen.setdefault(key, vals) != vals:
+                    raise ValueError(
+                        f"{yaml_path}: the {kind} parameters of {oid!r} differ between "
+                        f"measurements of condition {sim!r}; one override per condition and "
+                        "observable is supported."
+                    )
+                for k, v in enumerate(vals, start=1):
+                    ph = f"{kind}Parameter{k}_{oid}"
+                    if ph not in model.parameters.names:
+                        raise ValueError(f"{yaml_path}: {oid!r} has no placeholder {ph!r}.")
+                    cond[ph] = resolve(v)
+        pre_map = condition_map(pre) if pre else None
+        label = f"{pre}->{sim}" if pre else sim
+        experiments.append(Experiment(times, data, sigma, cond, label, pre_map))
+    problem_params = _parameters(par_df, estimated)
+    return Problem(
+        model,
+        experiments,
+        problem_params,
+        {p: scale_of[p] for p in estimated},
+        transforms,
+        distributions,
+        noise_outputs=[not h for h in on_host] if not all(on_host) else False,
+        noise_parameters=noise_only,
+        name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
+    )
+
+
+def sp_name(p):
+    import sympy as sp
+
+    return sp.Symbol(p)
+
+
+def _bad(what):
+    raise ValueError(f"Unsupported PEtab feature: {what}.")
+
+
+def _parameters(par_df, estimated):
+    from ._parameters import Parameters
+
+    lo = [float(par_df.loc[p, "lowerBound"]) for p in estimated]
+    up = [float(par_df.loc[p, "upperBound"]) for p in estimated]
+    nom = [float(par_df.loc[p, "nominalValue"]) for p in estimated]
+    return Parameters(estimated, nom, lo, up)
+
+
+def measurement_table(problem, prediction) -> "Mapping":
+    """The simulated values at the measurements, as a PEtab simulation table (for
+    `petab.calculate_llh` and plots)."""
+    import pandas as pd
+
+    rows = []
+    data = np.asarray(problem.data)
+    outputs = np.asarray(prediction.outputs)
+    times = np.asarray(problem.times)
+    for e, name in enumerate(problem.experiment_names):
+        pre, _, sim = name.rpartition("->")
+        for i, o in zip(*np.nonzero(~np.isnan(data[e]))):
+            rows.append(
+                {
+                    "observableId": problem.output_names[o],
+                    "preequilibrationConditionId": pre,
+                    "simulationConditionId": sim,
+                    "time": times[e, i],
+                    "simulation": outputs[e, i, o],
+                }
+            )
+    return pd.DataFrame(rows)
