@@ -198,7 +198,9 @@ def check_model(model) -> None:
     check_model_shapes(model)
 
 
-def check_theta(model: AbstractModel, theta) -> Array:
+def check_theta(model, theta) -> Array:
+    """`theta` as a checked float vector for `model` (anything with `parameters`: a
+    model or a `ji.Problem`); `None` means the nominal values."""
     p = model.parameters.p
     if theta is None:
         return model.parameters.nominal

@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._checks import check_model, check_theta
+from ._context import is_traced
 from ._forward import accuracy, forward_sensitivities
 from ._measurements import MeasurementError
 from ._model import AbstractModel, Integrator, ODEModel
@@ -31,8 +32,9 @@ from ._simulate import solve
 SCALES = ("lin", "log", "log10")
 
 
-def unscale(values: Array, scales: Sequence[str]) -> Array:
+def unscale(values: ArrayLike, scales: Sequence[str]) -> Array:
     """Values on their estimation scales back on the linear scale."""
+    values = jnp.asarray(values)
     out = [
         v if s == "lin" else (jnp.exp(v) if s == "log" else 10.0**v)
         for v, s in zip(jnp.unstack(values), scales)
@@ -190,8 +192,10 @@ class Problem(eqx.Module):
     - `model`: any jaxident model.
     - `experiments`: one or more `ji.Experiment`s.
     - `parameters`: the problem's parameters (names, nominal values and bounds on the
-      linear scale); default: the model's. A string in an experiment's condition must
-      name one of them.
+      linear scale); default: the model's, less those that every experiment fixes to a
+      number. A string in an experiment's condition must name one of them; a model
+      parameter that is not one of them and not in the condition keeps its nominal
+      value.
     - `scales`: `{name: "lin" | "log" | "log10"}`, the scale each parameter is
       estimated on (default `"lin"`): the sensitivity matrix and the Fisher information
       are taken with respect to the parameters on these scales.
@@ -241,7 +245,7 @@ class Problem(eqx.Module):
         experiments = list(experiments)
         if not experiments or not all(isinstance(e, Experiment) for e in experiments):
             raise TypeError("experiments must be one or more ji.Experiment.")
-        params = model.parameters if parameters is None else parameters
+        params = _default_parameters(model, experiments) if parameters is None else parameters
         scales = dict(scales or {})
         for k, s in scales.items():
             params.index(k)
@@ -325,6 +329,11 @@ class Problem(eqx.Module):
         self.name = name
 
     @property
+    def model_file(self) -> str | None:
+        """The SBML file of an imported model, else `None`."""
+        return getattr(self.model, "source", None)
+
+    @property
     def n_experiments(self) -> int:
         return len(self.experiment_names)
 
@@ -336,6 +345,24 @@ class Problem(eqx.Module):
     def output_names(self) -> tuple[str, ...]:
         names = self.model.output_names or tuple(f"y{i}" for i in range(self.n_observables))
         return tuple(names[: self.n_observables])
+
+
+def _default_parameters(model, experiments) -> Parameters:
+    """The model's parameters less those every experiment fixes to a number."""
+    fixed = set.intersection(
+        *({k for k, v in e.condition if not isinstance(v, str)} for e in experiments)
+    )
+    p = model.parameters
+    keep = [i for i, n in enumerate(p.names) if n not in fixed]
+    if not keep:
+        raise ValueError("Every parameter is fixed by the experiments' conditions.")
+    idx = np.asarray(keep)
+    return Parameters(
+        [p.names[i] for i in keep],
+        np.asarray(p.nominal)[idx],
+        np.asarray(p.lower)[idx],
+        np.asarray(p.upper)[idx],
+    )
 
 
 def _n_model_outputs(model) -> int:
@@ -383,7 +410,7 @@ def _model_theta(problem: Problem, theta: Array, source, constant):
     mapped = src >= 0
     th = jnp.where(mapped, lin[idx], constant)
     q = theta.shape[0]
-    onehot = jax.nn.one_hot(idx, q, dtype=theta.dtype) * mapped[..., None]
+    onehot = jax.nn.one_hot(idx, q, dtype=theta.dtype) * mapped[..., None].astype(theta.dtype)
     M = onehot * dlin
     return th, M
 
@@ -500,10 +527,13 @@ def predict(
     """Simulate every experiment of `problem` at `theta` (on the estimation scale;
     default: nominal), with the weighted residuals, the PEtab log-likelihood and, with
     `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
-    naming the experiment."""
+    naming the experiment (under the caller's `jit`/`vmap`: NaN and `ok = False`).
+    Jittable and vmappable over `theta`."""
     theta = check_theta(problem, theta)
     integrator = problem.model.integrator if integrator is None else integrator
     out = _predict(problem, theta, integrator, bool(jacobian))
+    if is_traced(out.ok):  # inside the caller's jit or vmap: failures are NaN and ok
+        return out
     ok = np.asarray(out.ok)
     if not ok.all():
         bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]

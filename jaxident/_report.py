@@ -27,12 +27,14 @@ class Group(eqx.Module):
     restricted to them (`directions`, columns, on the log scale of each parameter),
     what the data do determine about them (`combinations`, as text), and whether the
     group is a scaling symmetry (`monomial`: the combinations are monomials, valid
-    everywhere; else linear combinations valid near `theta`)."""
+    everywhere; else linear combinations valid near `theta`), with the integer
+    `exponents` of the monomials (one row per combination) when it is."""
 
     names: tuple[str, ...]
     directions: np.ndarray
     combinations: tuple[str, ...]
     monomial: bool
+    exponents: np.ndarray | None = None
 
 
 class Report(eqx.Module):
@@ -289,7 +291,7 @@ def _echelon(A: np.ndarray) -> np.ndarray:
     return A
 
 
-def _combination_texts(names, N, monomial: bool, log_units: bool) -> tuple[str, ...]:
+def _combinations(names, N, monomial: bool, log_units: bool):
     """What the data determine about a group with null directions `N` (`g x d`, log
     units where `log_scale`): monomials `prod theta_i^a_i` with small integers `a`
     orthogonal to every null direction, else linear combinations."""
@@ -297,11 +299,11 @@ def _combination_texts(names, N, monomial: bool, log_units: bool) -> tuple[str, 
 
     g, d = N.shape
     if g == d:
-        return ()
+        return (), None
     if monomial:
         rows = [_integer_vector(r) for r in _echelon(N.T)]
         if all(r is not None for r in rows):
-            texts = []
+            texts, exps = [], []
             for b in sp.Matrix([[int(x) for x in r] for r in rows]).nullspace():
                 den = sp.ilcm(*[sp.fraction(x)[1] for x in b])
                 a = np.array([int(x * den) for x in b])
@@ -311,15 +313,16 @@ def _combination_texts(names, N, monomial: bool, log_units: bool) -> tuple[str, 
                 if np.abs(N.T @ a).max() > 1e-6 * np.linalg.norm(a):
                     break
                 texts.append(_monomial(names, a))
+                exps.append(a)
             else:
-                return tuple(texts)
+                return tuple(texts), np.array(exps, dtype=int)
     texts = []
     for c in _complement(N).T:
         c = c / np.abs(c).max()
         log = "log " if log_units else ""
         terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
         texts.append(f"locally {terms}")
-    return tuple(texts)
+    return tuple(texts), None
 
 
 def _monomial(names, a) -> str:
@@ -450,8 +453,8 @@ def analyze(
             full /= np.linalg.norm(full, axis=0, keepdims=True)
             off = np.linalg.norm(full - P2 @ (P2.T @ full))
             symmetric = bool(np.all(log_ok[idx]) and off < 1e-4)
-            texts = _combination_texts(g, Ng, symmetric, bool(np.all(log_ok[idx])))
-            groups.append(Group(tuple(g), Ng, texts, symmetric))
+            texts, exps = _combinations(g, Ng, symmetric, bool(np.all(log_ok[idx])))
+            groups.append(Group(tuple(g), Ng, texts, exps is not None, exps))
     selection = select_parameters(sens, method=method, rank=rank)
     # practical identifiability: the Fisher information on the estimation scale, with
     # the non-identifiable parameters held fixed (no cut-off: a direction the data

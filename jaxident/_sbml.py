@@ -214,6 +214,7 @@ class SBMLModel(ODEModel):
     observables: tuple[sp.Expr, ...] = eqx.field(static=True)
     observable_ids: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True, default="sbml")
+    source: str | None = eqx.field(static=True, default=None)
 
     integrator: ClassVar[Integrator] = Integrator(diffrax.Kvaerno5(), rtol=1e-8, atol=1e-10)
 
@@ -402,4 +403,5 @@ def sbml_model(
         observables=tuple(observables.values()),
         observable_ids=tuple(observables),
         name=m.getId() or os.path.basename(os.fspath(path)),
+        source=os.path.abspath(os.fspath(path)),
     )

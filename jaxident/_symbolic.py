@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
 import sympy as sp
-from jaxtyping import Array
+from jaxtyping import Array, ArrayLike
 
 
 class UnsupportedMath(ValueError):
@@ -47,7 +47,7 @@ def _power(base: Array, exponent: sp.Expr, env) -> Array:
     return jnp.power(base, evaluate(exponent, env))
 
 
-def evaluate(expr: sp.Basic, env: Mapping[str, Array]) -> Array:
+def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
     """The value of `expr` with each symbol looked up by name in `env` (traced arrays
     inside `jit`). Raises `UnsupportedMath` for an operation it does not know, and
     `KeyError` naming an undefined symbol."""

@@ -5,7 +5,7 @@ initial state as parameters (`ji.free_initial_state`) and Galerkin reduction
 every model method (switching times, lift/restrict, the DAE's algebraic guess, ...)
 reaches the wrapped model."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -273,16 +273,22 @@ class InitialStateModel(AbstractTransformedODE):
     parameters: Parameters
     t0: float | Array
     n_states: int = eqx.field(static=True)
+    free: tuple[int, ...] | None = eqx.field(static=True, default=None)
 
     @property
     def description(self):
-        return f"{type(self.base).__name__} with its initial state as parameters"
+        some = "" if self.free is None else f"{self.n_states} of "
+        return f"{type(self.base).__name__} with {some}its initial state as parameters"
 
     def base_theta(self, theta):
         return self.base.parameters.view(theta.values[self.n_states :])
 
     def initial_state(self, theta):
-        return self.base.restrict(theta.values[: self.n_states])
+        x0 = theta.values[: self.n_states]
+        if self.free is not None:
+            full = self.base.lift(self.base.initial_state(self.base_theta(theta)))
+            x0 = jnp.asarray(full, dtype=x0.dtype).at[jnp.asarray(self.free)].set(x0)
+        return self.base.restrict(x0)
 
 
 def _state_names(model: ODEModel, d: int) -> tuple[str, ...]:
@@ -305,8 +311,10 @@ def free_initial_state(
     lower: ArrayLike | None = None,
     upper: ArrayLike | None = None,
     t0: float | None = None,
+    states: Sequence[str] | None = None,
 ) -> InitialStateModel:
-    """The model with its initial state turned into parameters, `w = (x(t0), p)`.
+    """The model with its initial state (or some of it) turned into parameters,
+    `w = (x(t0), p)`: initial conditions declared unknown.
 
     **Arguments:**
 
@@ -316,6 +324,9 @@ def free_initial_state(
       the reduced one by `model.restrict`, so perturbations live in the full space.
     - `lower`, `upper`: bounds of the states (default unbounded).
     - `t0`: the initial time (default the model's).
+    - `states`: the names of the states whose initial values are unknown (default all);
+      the others keep the model's own initial values (which may depend on its
+      parameters). `x0`, `lower` and `upper` then refer to these states only.
 
     **Returns:** an `InitialStateModel` with parameter names `state_names + parameter
     names`, ready for `ji.estimate` (joint state and parameter estimation from an output
@@ -339,6 +350,22 @@ def free_initial_state(
         raise ValueError(f"The state must be a 1-D array, got shape {x0.shape}.")
     d = x0.shape[0]
     names = _state_names(model, d)
+    free = None
+    if states is not None:
+        if isinstance(states, str):
+            states = [states]
+        unknown = [n for n in states if n not in names]
+        if unknown or not states:
+            raise ValueError(
+                f"Unknown states {unknown or list(states)}; the states are {list(names)}."
+            )
+        free = tuple(names.index(n) for n in states)
+        names = tuple(names[i] for i in free)
+        if x0.shape[0] == d and len(free) != d:
+            x0 = x0[jnp.asarray(free)]
+        d = len(free)
+    if x0.shape != (d,):
+        raise ValueError(f"x0 needs shape ({d},) (one value per unknown state), got {x0.shape}.")
     lo = jnp.full(d, -jnp.inf) if lower is None else jnp.broadcast_to(jnp.asarray(lower), (d,))
     up = jnp.full(d, jnp.inf) if upper is None else jnp.broadcast_to(jnp.asarray(upper), (d,))
     params = Parameters(
@@ -348,7 +375,11 @@ def free_initial_state(
         jnp.concatenate([up, p.upper]),
     )
     return InitialStateModel(
-        base=model, parameters=params, t0=model.t0 if t0 is None else t0, n_states=d
+        base=model,
+        parameters=params,
+        t0=model.t0 if t0 is None else t0,
+        n_states=d,
+        free=free,
     )
 
 

@@ -18,7 +18,6 @@ measurements (time `inf`), priors and several models raise a `ValueError`.
 
 import os
 import re
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -232,7 +231,9 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
     meas_df = meas_df.copy()
     if "preequilibrationConditionId" not in meas_df:
         meas_df["preequilibrationConditionId"] = ""
-    meas_df["preequilibrationConditionId"] = meas_df["preequilibrationConditionId"].fillna("")
+    meas_df["preequilibrationConditionId"] = (
+        meas_df["preequilibrationConditionId"].astype(object).fillna("").astype(str)
+    )
     obs_ids = list(observables)
     experiments = []
     groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
@@ -308,7 +309,7 @@ def _parameters(par_df, estimated):
     return Parameters(estimated, nom, lo, up)
 
 
-def measurement_table(problem, prediction) -> "Mapping":
+def simulation_table(problem, prediction):
     """The simulated values at the measurements, as a PEtab simulation table (for
     `petab.calculate_llh` and plots)."""
     import pandas as pd

@@ -2,6 +2,9 @@
 
 `pearce2022()` returns the real sensitivity matrices of the CSS paper (MIT licence,
 copyright (c) 2022 Katherine J. Pearce; see LICENSE-pearce2022.txt beside this file).
+`petab_problem(name)` returns the path of one of six problems of the PEtab benchmark
+collection (BSD-3 licence, copyright (c) 2020 Benchmarking-Initiative; see
+petab/LICENSE-benchmark-models-petab.txt).
 """
 
 import importlib.resources
@@ -30,3 +33,24 @@ def pearce2022() -> dict[str, np.ndarray]:
     ref = importlib.resources.files(__package__) / "pearce2022_sensitivity_matrices.npz"
     with importlib.resources.as_file(ref) as path, np.load(path) as f:
         return {k: np.array(f[k]) for k in f.files}
+
+
+PETAB_PROBLEMS = (
+    "Boehm_JProteomeRes2014",
+    "Crauste_CellSystems2017",
+    "Elowitz_Nature2000",
+    "Perelson_Science1996",
+    "Schwen_PONE2014",
+    "Zheng_PNAS2012",
+)
+
+
+def petab_problem(name: str) -> str:
+    """The path of the YAML file of a shipped PEtab benchmark problem (one of
+    `PETAB_PROBLEMS`; the first word, case-insensitive, is enough: `"boehm"`), for
+    `ji.petab.load` or `jaxident analyze`."""
+    match = [p for p in PETAB_PROBLEMS if p.lower().split("_")[0] == name.lower() or p == name]
+    if len(match) != 1:
+        raise ValueError(f"Unknown PEtab problem {name!r}; shipped: {list(PETAB_PROBLEMS)}.")
+    ref = importlib.resources.files(__package__) / "petab" / match[0] / f"{match[0]}.yaml"
+    return str(ref)

@@ -1,0 +1,244 @@
+"""`ji.analyze` on hand-written models whose answers are known in closed form, problems
+with several experiments against the closed-form sensitivities, unknown initial
+conditions, and the `jaxident analyze` command on a PEtab problem and a model file."""
+
+import json
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxident as ji
+from jaxident import cli
+
+
+class Product(ji.ODEModel):
+    """x' = -k x, x(0) = 1, y = a b x: only the product a*b is identifiable."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "a", "b"], [0.5, 2.0, 3.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 5.0, 10))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.array([1.0])
+
+    def output(self, t, x, th):
+        return th.a * th.b * x[0]
+
+
+class SIRReporting(ji.ODEModel):
+    """SIR with unknown population N and initial infected I0, observed y = rho I: the
+    scaling (N, I0, rho) -> (c N, c I0, rho / c) leaves y unchanged."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["beta", "gamma", "rho", "N", "I0"], [0.5, 0.2, 0.3, 1000.0, 5.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(1.0, 40.0, 40))
+    t0: float = 0.0
+    state_names = ("S", "I")
+
+    def vector_field(self, t, x, th):
+        S, I = x
+        infection = th.beta * S * I / th.N
+        return jnp.stack([-infection, infection - th.gamma * I])
+
+    def initial_state(self, th):
+        return jnp.stack([th.N - th.I0, th.I0])
+
+    def output(self, t, x, th):
+        return th.rho * x[1]
+
+
+class TwoCompartment(ji.ODEModel):
+    """Dose into compartment 1, elimination from both, y = x1 / V: four rate constants,
+    three identifiable combinations of them (the transfer function's coefficients)."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k01", "k02", "k12", "k21", "V"], [0.1, 0.05, 0.3, 0.2, 2.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.25, 20.0, 40))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        x1, x2 = x
+        return jnp.stack(
+            [
+                -(th.k01 + th.k21) * x1 + th.k12 * x2,
+                th.k21 * x1 - (th.k02 + th.k12) * x2,
+            ]
+        )
+
+    def initial_state(self, th):
+        return jnp.array([10.0, 0.0])
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def test_product_of_parameters():
+    rep = ji.analyze(Product(), sigma=0.01)
+    assert rep.rank == 2 and rep.non_identifiable == ("a", "b")
+    assert rep.identifiable == ("k",)
+    (g,) = rep.groups
+    assert g.monomial and g.combinations == ("a*b",)
+    np.testing.assert_array_equal(g.exponents, [[1, 1]])
+    # the null direction on the log scale: a up, b down by as much
+    v = g.directions[:, 0] / g.directions[0, 0]
+    np.testing.assert_allclose(v, [1.0, -1.0], atol=1e-8)
+    assert "a*b" in str(rep) and np.isinf(rep.std[1:]).all()
+
+
+def test_sir_with_reporting_rate():
+    rep = ji.analyze(SIRReporting(), sigma=0.01)
+    assert rep.rank == 4
+    assert set(rep.non_identifiable) == {"rho", "N", "I0"}
+    assert set(rep.identifiable) == {"beta", "gamma"}
+    (g,) = rep.groups
+    assert g.monomial and set(g.combinations) == {"rho*N", "rho*I0"}
+    # every monomial is invariant under the known symmetry (rho, N, I0) ~ (-1, 1, 1)
+    sym = np.array([{"rho": -1, "N": 1, "I0": 1}[n] for n in g.names])
+    assert np.all(g.exponents @ sym == 0)
+    assert np.linalg.matrix_rank(g.exponents) == 2
+
+
+def test_two_compartment_model_is_not_a_scaling_symmetry():
+    model = TwoCompartment()
+    rep = ji.analyze(model, sigma=0.01)
+    assert rep.rank == 4
+    assert set(rep.non_identifiable) == {"k01", "k02", "k12", "k21"}
+    assert rep.identifiable == ("V",)
+    (g,) = rep.groups
+    assert not g.monomial and g.exponents is None
+    assert len(g.combinations) == 3 and all(c.startswith("locally") for c in g.combinations)
+    # the null direction (linear units) is orthogonal to the gradients of the
+    # transfer function's coefficients a = k02 + k12, b = k01 + k21 + a,
+    # c = (k01 + k21) a - k12 k21, which the data determine
+    k01, k02, k12, k21 = np.asarray(model.parameters.nominal)[:4]
+    v = g.directions[:, 0] * np.array([k01, k02, k12, k21])  # log -> linear units
+    grads = np.array(
+        [
+            [0, 1, 1, 0],
+            [1, 1, 1, 1],
+            [k02 + k12, k01 + k21, k01 + k21 - k21, k02 + k12 - k12],
+        ],
+        dtype=float,
+    )
+    np.testing.assert_allclose(grads @ v / np.linalg.norm(v), 0.0, atol=1e-7)
+
+
+def test_report_json_round_trip_and_plot(tmp_path):
+    rep = ji.analyze(Product(), sigma=0.01)
+    path = tmp_path / "r.json"
+    rep.to_json(path)
+    d = json.loads(path.read_text())
+    assert d["non_identifiable"] == ["a", "b"]
+    assert d["groups"][0]["identifiable_combinations"] == ["a*b"]
+    assert d["std"]["a"] == "inf" and d["rank"] == 2
+    fig = rep.plot()
+    fig.savefig(tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 10_000
+
+
+class Decay(ji.ODEModel):
+    """y = dose exp(-k t) / V."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "V", "dose"], [0.3, 2.0, 1.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.0, 4.0, 5))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.array([th.dose])
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def test_problem_with_experiments_against_closed_form():
+    model = Decay()
+    t1, t2 = np.array([0.5, 1.0, 2.0, 4.0]), np.array([1.0, 3.0])
+    experiments = [
+        ji.Experiment(t1, sigma=0.1, condition={"dose": 1.0}, name="low dose"),
+        # another dose, another volume (a parameter of this experiment only)
+        ji.Experiment(t2, sigma=0.2, condition={"dose": 5.0, "V": "V_b"}, name="high dose"),
+    ]
+    params = ji.Parameters(["k", "V", "V_b"], [0.3, 2.0, 4.0])
+    problem = ji.Problem(model, experiments, params, scales={"k": "log10"})
+    assert problem.parameters.names == ("k", "V", "V_b")
+    np.testing.assert_allclose(problem.parameters.nominal, [math.log10(0.3), 2.0, 4.0])
+    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+
+    def rows(t, dose, V, sigma, which):
+        y = dose * np.exp(-0.3 * t) / V
+        dk = -t * y * 0.3 * math.log(10)  # d/dlog10 k
+        dV = -y / V
+        cols = [dk, dV if which == "V" else 0 * t, dV if which == "V_b" else 0 * t]
+        return np.stack(cols, axis=1) / sigma
+
+    ref = np.vstack([rows(t1, 1.0, 2.0, 0.1, "V"), rows(t2, 5.0, 4.0, 0.2, "V_b")])
+    np.testing.assert_allclose(S, ref, rtol=1e-6, atol=1e-9)
+    # the model parameter fixed in every experiment is not a problem parameter
+    assert "dose" not in ji.Problem(model, experiments[:1]).parameters.names
+    with pytest.raises(ValueError, match="not a parameter of the problem"):
+        ji.Problem(model, [ji.Experiment(t1, condition={"V": "nope"})], params)
+    with pytest.raises(ValueError, match="Unknown parameter 'dos'"):
+        ji.Problem(model, [ji.Experiment(t1, condition={"dos": 1.0})])
+    # data, missing values and the log-likelihood against NumPy
+    data = np.array([[0.45], [np.nan], [0.27], [0.15]])
+    p2 = ji.Problem(model, [ji.Experiment(t1, data, sigma=0.1, condition={"dose": 1.0})])
+    out = ji.predict(p2)
+    y = np.exp(-0.3 * t1) / 2.0
+    seen = ~np.isnan(data[:, 0])
+    r = (y - data[:, 0])[seen] / 0.1
+    llh = np.sum(-0.5 * np.log(2 * np.pi * 0.01) - 0.5 * r**2)
+    np.testing.assert_allclose(float(out.log_likelihood), llh, rtol=1e-7)
+    assert ji.problem_sensitivity(p2).matrix.shape == (3, 2)
+
+
+def test_unknown_initial_conditions():
+    base = SIRReporting()
+    model = ji.free_initial_state(base, states=["I"])
+    assert model.parameters.names[:2] == ("I", "beta")
+    th = model.parameters.nominal.at[0].set(7.0)
+    x0 = model.initial_state(model.parameters.view(th))
+    np.testing.assert_allclose(x0, [1000.0 - 5.0, 7.0])  # S(0) still N - I0
+    # with I(0) free, I0 only sets S(0) = N - I0: dy/dI0 of the base model is
+    # dy/dI(0) - dy/dS(0), and dy/dS(0) = -dy/dI0 of the new one
+    S = np.asarray(ji.sensitivity_matrix(model))
+    S_base = np.asarray(ji.sensitivity_matrix(base))
+    np.testing.assert_allclose(S[:, 0], S_base[:, 4] - S[:, 5], rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="Unknown states"):
+        ji.free_initial_state(base, states=["R"])
+
+
+def test_cli_analyze_petab_and_model_file(tmp_path, capsys):
+    out_json = tmp_path / "r.json"
+    assert cli.main(["analyze", ji.data.petab_problem("perelson"), "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "Identifiability of Perelson_Science1996" in text
+    assert json.loads(out_json.read_text())["n_parameters"] == 2
+    src = tmp_path / "my_model.py"
+    src.write_text(
+        "import jax, jax.numpy as jnp, equinox as eqx\nimport jaxident as ji\n\n"
+        "class M(ji.ODEModel):\n"
+        "    parameters: ji.Parameters = ji.Parameters(['k', 'a', 'b'], [0.5, 2.0, 3.0])\n"
+        "    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 5, 10))\n"
+        "    t0: float = 0.0\n"
+        "    def vector_field(self, t, x, th): return -th.k * x\n"
+        "    def initial_state(self, th): return jnp.array([1.0])\n"
+        "    def output(self, t, x, th): return th.a * th.b * x[0]\n"
+    )
+    assert cli.main(["analyze", f"{src}:M", "--quiet"]) == 0
+    assert "identifiable only a*b" in capsys.readouterr().out
+    assert cli.main(["analyze", f"{src}:Nope"]) == 2
+    assert "has no 'Nope'" in capsys.readouterr().err
+    assert cli.main(["analyze", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
