@@ -16,7 +16,7 @@ from ._checks import check_theta
 from ._identify._css import select_parameters
 from ._identify._estimability import estimability
 from ._linalg._css._srrqr import StrongRRQR
-from ._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
+from ._linalg._rank import AbstractRankRule, near_threshold, RelativeTolerance, with_accuracy
 from ._linalg._selection import Selection
 from ._model import AbstractModel
 from ._problem import Experiment, Problem, problem_sensitivity, unscale
@@ -46,7 +46,8 @@ class Report(eqx.Module):
     - `name`, `names` (the parameters), `theta` (on the estimation scale), `scales`.
     - `singular_values`: of the equilibrated, noise-weighted sensitivity matrix,
       relative to the largest; `rank`, `rank_rule`, `margin` (`sigma_k / sigma_{k+1}`,
-      inf at full rank).
+      inf at full rank), `near_threshold` (a sentence when the decision would change if
+      the threshold moved by a factor 10, else `None`).
     - `non_identifiable`: every parameter with a component in a non-identifiable
       direction; `groups`: those parameters in dependent sets (`Group`), with the
       identifiable combinations; `identifiable`: the rest.
@@ -57,7 +58,8 @@ class Report(eqx.Module):
       `practically_non_identifiable` (identifiable parameters above it);
       `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
       standard deviation exceeds the threshold.
-    - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1).
+    - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
+      `n_data`: the number of rows (observed data).
     """
 
     name: str
@@ -75,6 +77,8 @@ class Report(eqx.Module):
     threshold: float
     weak_directions: tuple
     noise_model: bool
+    n_data: int
+    near_threshold: str | None = None
 
     @property
     def identifiable(self) -> tuple[str, ...]:
@@ -111,6 +115,7 @@ class Report(eqx.Module):
             "n_parameters": len(self.names),
             "rank_rule": self.rank_rule,
             "margin": num(self.margin),
+            "near_threshold": self.near_threshold,
             "singular_values": [num(x) for x in self.singular_values],
             "non_identifiable": list(self.non_identifiable),
             "groups": [
@@ -123,11 +128,8 @@ class Report(eqx.Module):
                 for g in self.groups
             ],
             "identifiable": list(self.identifiable),
-            "selection": {
-                "k": int(self.selection.k),
-                "selected": list(self.selection.identifiable),
-                "not_selected": list(self.selection.non_identifiable),
-            },
+            "n_data": self.n_data,
+            "selection": self.selection.to_dict(),
             "noise_model": self.noise_model,
             "std": {n: num(s) for n, s in zip(self.names, self.std)},
             "std_decades": {n: num(s) for n, s in zip(self.names, self.decades)},
@@ -155,6 +157,11 @@ class Report(eqx.Module):
         lines = [f"Identifiability of {self.name}: {p} parameters"]
         margin = "full rank" if not math.isfinite(self.margin) else f"gap {self.margin:.3g}"
         lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
+        if self.near_threshold:
+            lines.append(
+                f"  CLOSE CALL: {self.near_threshold}; more accurate sensitivities "
+                "(integrator=ji.Integrator(rtol=...), --solver-rtol) may change it"
+            )
         if not self.non_identifiable:
             lines.append("  every parameter is structurally identifiable (locally, here)")
         else:
@@ -175,10 +182,23 @@ class Report(eqx.Module):
                         "identifiable linear combinations of the log parameters near theta "
                         "(Report.groups)"
                     )
+        sel = self.selection.to_dict()
+
+        def fmt(v):
+            return "n/a" if v is None else f"{v:.3g}"
+
         lines.append(
-            f"  column subset selection (k={int(self.selection.k)}): "
-            + ", ".join(self.selection.identifiable)
+            f"  column subset selection ({type(self.selection.method).__name__}, "
+            f"k={sel['k']}): " + ", ".join(sel["identifiable"])
         )
+        lines.append(
+            f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {fmt(sel['gamma2'])}, tau {fmt(sel['tau'])}"
+        )
+        if self.n_data < p:
+            lines.append(
+                f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "
+                "can be identifiable"
+            )
         noise = "noise model" if self.noise_model else "sigma = 1 (no noise model given)"
         lines.append(
             f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
@@ -356,14 +376,14 @@ def _null_log_units(est) -> np.ndarray:
     return N / np.linalg.norm(N, axis=0, keepdims=True)
 
 
-def _moved(problem, th):
-    """A second point, each parameter moved by up to 25% (deterministic), inside its
-    bounds."""
+def _moved(problem, th, size: float = 1.0):
+    """A second point, each parameter moved by 10-25% (times `size`; deterministic),
+    inside its bounds."""
     rng = np.random.default_rng(0)
     lo, up = np.asarray(problem.parameters.lower), np.asarray(problem.parameters.upper)
     out = []
     for t, sc, a, b in zip(th, problem.scales, lo, up):
-        f = rng.uniform(0.1, 0.25) * rng.choice([-1, 1])
+        f = size * rng.uniform(0.1, 0.25) * rng.choice([-1, 1])
         v = t + f * math.log10(math.e) if sc == "log10" else (t + f if sc == "log" else t * (1 + f))
         if t == 0 and sc == "lin":
             v = f
@@ -402,7 +422,8 @@ def analyze(
     Non-identifiable directions are found on the log scale of each parameter (for a
     parameter estimated on a linear scale, the column is multiplied by its value). A
     group whose null directions there are the same at a second point (each parameter
-    moved by 10-25%) is a scaling symmetry: `prod theta_i^a_i` cannot be determined
+    moved by 10-25%, or less where the model cannot be solved there) is a scaling
+    symmetry: `prod theta_i^a_i` cannot be determined
     for a null vector `a`, and the monomials orthogonal to every null vector can
     (`beta*I0`, `k1*V`), reported with small integer exponents. Otherwise the group's
     identifiable linear combinations (of the log parameters) at `theta` are reported.
@@ -430,6 +451,7 @@ def analyze(
     s = np.asarray(est.singular_values)
     rel = s / s[0] if s[0] > 0 else s
     margin = float(s[k - 1] / s[k]) if 0 < k < p and s[k] > 0 else math.inf
+    near, near_msg = near_threshold(rank, s, S_log.shape)
     non_id = tuple(n for n in names if n not in est.estimable)
     groups = []
     if est.nullity:
@@ -437,10 +459,16 @@ def analyze(
         # A scaling symmetry (theta_i -> c^a_i theta_i) has the same null direction on
         # the log scale everywhere: compare with the null space at a second point
         # (each parameter moved by up to 25%, on its estimation scale).
-        th2 = _moved(problem, th)
-        S2 = np.asarray(problem_sensitivity(problem, th2, integrator=integrator).matrix)
-        V2 = np.linalg.svd(_log_columns(S2, th2, problem.scales)[0] / est.scale[None, :])[2]
-        P2 = V2[p - est.nullity :].T  # the null space there, equilibrated units
+        P2 = None
+        for size in (1.0, 0.2, 0.04):  # smaller moves where the model cannot be solved
+            th2 = _moved(problem, th, size)
+            try:
+                S2 = np.asarray(problem_sensitivity(problem, th2, integrator=integrator).matrix)
+            except RuntimeError:
+                continue
+            V2 = np.linalg.svd(_log_columns(S2, th2, problem.scales)[0] / est.scale[None, :])[2]
+            P2 = V2[p - est.nullity :].T  # the null space there, equilibrated units
+            break
         for g in _components(est.dependent_sets, names):
             idx = [names.index(n) for n in g]
             U, sv, _ = np.linalg.svd(N[idx], full_matrices=False)
@@ -451,7 +479,7 @@ def analyze(
             full = np.zeros((p, d))
             full[idx] = Ng * np.asarray(est.scale)[idx, None]
             full /= np.linalg.norm(full, axis=0, keepdims=True)
-            off = np.linalg.norm(full - P2 @ (P2.T @ full))
+            off = np.inf if P2 is None else np.linalg.norm(full - P2 @ (P2.T @ full))
             symmetric = bool(np.all(log_ok[idx]) and off < 1e-4)
             texts, exps = _combinations(g, Ng, symmetric, bool(np.all(log_ok[idx])))
             groups.append(Group(tuple(g), Ng, texts, exps is not None, exps))
@@ -495,4 +523,6 @@ def analyze(
         threshold=float(threshold),
         weak_directions=tuple(weak),
         noise_model=noise_model,
+        n_data=int(S.shape[0]),
+        near_threshold=near_msg if near else None,
     )

@@ -164,7 +164,15 @@ def _analyze_problem(args, problem) -> int:
         )
     _validate(args, problem.parameters.p)
     t0 = time.perf_counter()
-    rep = ji.analyze(problem, method=_method(args), rank=_rank(args), threshold=args.threshold)
+    rtol = args.solver_rtol
+    integrator = ji.Integrator(problem.model.integrator.solver, rtol=rtol, atol=rtol * 1e-2)
+    rep = ji.analyze(
+        problem,
+        method=_method(args),
+        rank=_rank(args),
+        threshold=args.threshold,
+        integrator=integrator,
+    )
     print(rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
     _write(args, rep.to_dict(), lambda: rep.plot())

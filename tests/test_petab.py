@@ -64,6 +64,17 @@ def _reference_states(problem, theta, e):
     return ts, out[np.searchsorted(grid, ts)], th[:p]
 
 
+def _observables(problem, ts, states, th):
+    view = problem.model.parameters.view(th)
+    y = [np.asarray(problem.model.output(t, jnp.asarray(x), view)) for t, x in zip(ts, states)]
+    return np.stack(y)[:, : problem.n_observables]
+
+
+def _transformed(y, transforms):
+    fns = {"lin": lambda v: v, "log": np.log, "log10": np.log10}
+    return np.stack([fns[t](y[:, o]) for o, t in enumerate(transforms)], axis=1)
+
+
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_problem_matches_roadrunner_and_petab_likelihood(name):
     problem = ji.petab.load(ji.data.petab_problem(name))
@@ -99,25 +110,12 @@ def test_sensitivities_match_roadrunner_finite_differences(name):
     theta = np.asarray(problem.parameters.nominal)
     observed = np.asarray(problem.observed[0])
     sigma = np.asarray(ji.predict(problem).sigma[0])[observed]
-    tr = problem.transforms
 
     def residual_scale_outputs(th):
         ts, states, thm = _reference_states(problem, th, 0)
-        view = problem.model.parameters.view(thm)
-        y = np.stack(
-            [np.asarray(problem.model.output(t, jnp.asarray(x), view)) for t, x in zip(ts, states)]
-        )
-        y = y[np.searchsorted(ts, np.asarray(problem.times[0]))][:, : problem.n_observables]
-        h = np.stack(
-            [
-                y[:, o]
-                if tr[o] == "lin"
-                else (np.log(y[:, o]) if tr[o] == "log" else np.log10(y[:, o]))
-                for o in range(y.shape[1])
-            ],
-            axis=1,
-        )
-        return h[observed] / sigma
+        y = _observables(problem, ts, states, thm)
+        y = y[np.searchsorted(ts, np.asarray(problem.times[0]))]
+        return _transformed(y, problem.transforms)[observed] / sigma
 
     J = np.zeros_like(np.asarray(S.matrix))
     for j in range(theta.size):

@@ -242,3 +242,11 @@ def test_cli_analyze_petab_and_model_file(tmp_path, capsys):
     assert "has no 'Nope'" in capsys.readouterr().err
     assert cli.main(["analyze", str(tmp_path / "missing.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_fewer_data_than_parameters():
+    model = Product(times=jnp.array([1.0, 2.0]))
+    rep = ji.analyze(model)
+    assert rep.n_data == 2 and rep.rank == 2
+    assert "only 2 data for 3 parameters" in str(rep)
+    assert not rep.noise_model and "sigma = 1" in str(rep)
