@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxident as ji
-from jaxident._problem import _directions
+from jaxident._predict import _directions
 
 
 RTOL, ATOL = 1e-8, 1e-10

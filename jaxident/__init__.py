@@ -84,15 +84,16 @@ from ._perturb import (
     PerturbationAnalysis as PerturbationAnalysis,
     SmallGapWarning as SmallGapWarning,
 )
-from ._problem import (
-    Experiment as Experiment,
+from ._predict import (
     predict as predict,
     Prediction as Prediction,
-    Problem as Problem,
     problem_sensitivity as problem_sensitivity,
+    profile_problem as profile_problem,
 )
+from ._problem import Experiment as Experiment, Problem as Problem
 from ._profile import Profile as Profile, profile as profile
-from ._report import analyze as analyze, Group as Group, Report as Report
+from ._report import analyze as analyze
+from ._report_result import Group as Group, Report as Report
 from ._rom import (
     POD as POD,
     pod_basis as pod_basis,

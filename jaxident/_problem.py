@@ -12,21 +12,15 @@ estimation scale: its Gram matrix is the Fisher information of the problem.
 import math
 from collections.abc import Mapping, Sequence
 
-import diffrax
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._checks import check_model, check_theta
-from ._context import is_traced
-from ._forward import accuracy, forward_sensitivities
+from ._checks import check_model
 from ._measurements import MeasurementError
-from ._model import AbstractModel, Integrator, ODEModel
-from ._parameters import Parameters, ParameterValues
-from ._sensitivity import Sensitivity
-from ._simulate import solve
+from ._model import AbstractModel
+from ._parameters import Parameters
 
 
 SCALES = ("lin", "log", "log10")
@@ -125,62 +119,6 @@ def _as_condition(condition) -> tuple:
                 raise ValueError(f"condition value for {k!r} is not finite: {v}.")
             out.append((str(k), v))
     return tuple(out)
-
-
-class _Preequilibrated(ODEModel):
-    """A model started from the steady state of a pre-equilibration: the parameter
-    vector is the experiment's followed by the pre-equilibration's, and the initial
-    state is the steady state reached under the latter (the tangents of the initial
-    state are the derivatives of that solve)."""
-
-    inner: AbstractModel
-    parameters: Parameters
-    integrator_: Integrator = eqx.field(static=True)
-
-    @property
-    def times(self):
-        return self.inner.times
-
-    @property
-    def t0(self):
-        return self.inner.t0
-
-    @property
-    def output_names(self):
-        return self.inner.output_names
-
-    def _split(self, theta: ParameterValues):
-        p = self.inner.parameters.p
-        view = self.inner.parameters.view
-        return view(theta.values[:p]), view(theta.values[p:])
-
-    def initial_state(self, theta):
-        _, pre = self._split(theta)
-        x0 = self.inner.initial_state(pre)
-        ig = self.integrator_
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lambda t, x, a: self.inner.vector_field(t, x, a)),
-            ig.solver,
-            t0=self.inner.t0,
-            t1=jnp.inf,
-            dt0=1e-3,
-            y0=x0,
-            args=pre,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=ig.rtol, atol=ig.atol),
-            event=diffrax.Event(diffrax.steady_state_event(rtol=ig.rtol, atol=ig.atol)),
-            adjoint=diffrax.ForwardMode(),
-            max_steps=ig.max_steps,
-            throw=False,
-        )
-        ok = diffrax.is_okay(sol.result)
-        return jnp.where(ok, sol.ys[-1], jnp.nan)
-
-    def vector_field(self, t, x, theta):
-        return self.inner.vector_field(t, x, self._split(theta)[0])
-
-    def output(self, t, x, theta):
-        return self.inner.output(t, x, self._split(theta)[0])
 
 
 class Problem(eqx.Module):
@@ -398,175 +336,3 @@ def _mapping(model, params: Parameters, experiments, field: str):
             else:
                 const[e, j] = float(v)
     return tuple(map(tuple, src.tolist())), const
-
-
-def _model_theta(problem: Problem, theta: Array, source, constant):
-    """The model's parameter vector per experiment, and its derivative with respect to
-    the problem's parameters on their estimation scale."""
-    lin = unscale(theta, problem.scales)
-    dlin = jax.jacfwd(lambda t: unscale(t, problem.scales))(theta).diagonal()
-    src = jnp.asarray(source)
-    idx = jnp.maximum(src, 0)
-    mapped = src >= 0
-    th = jnp.where(mapped, lin[idx], constant)
-    q = theta.shape[0]
-    onehot = jax.nn.one_hot(idx, q, dtype=theta.dtype) * mapped[..., None].astype(theta.dtype)
-    M = onehot * dlin
-    return th, M
-
-
-def _experiment_model(problem: Problem, integrator: Integrator):
-    if problem.pre_source is None:
-        return problem.model
-    inner = problem.model
-    names = inner.parameters.names
-    both = Parameters(
-        [*names, *(f"preequilibration:{n}" for n in names)],
-        jnp.concatenate([inner.parameters.nominal] * 2),
-        jnp.concatenate([inner.parameters.lower] * 2),
-        jnp.concatenate([inner.parameters.upper] * 2),
-    )
-    return _Preequilibrated(inner, both, integrator)
-
-
-def _directions(problem: Problem, theta: Array):
-    th, M = _model_theta(problem, theta, problem.source, problem.constant)
-    if problem.pre_source is not None:
-        thp, Mp = _model_theta(problem, theta, problem.pre_source, problem.pre_constant)
-        th = jnp.concatenate([th, thp], axis=1)
-        M = jnp.concatenate([M, Mp], axis=1)
-    return th, M
-
-
-def _transform(x, kind: str):
-    if kind == "lin":
-        return x
-    return jnp.log(x) if kind == "log" else jnp.log10(x)
-
-
-class Prediction(eqx.Module):
-    """What a problem predicts at one parameter vector, per experiment, on the padded
-    time grid: `outputs` `(e, n, m)`, `sigma` `(e, n, m)`, `residuals` (weighted, on
-    the transformed scale, 0 where no datum), `jacobian` `(e, n, m, q)` (of the weighted
-    residuals with respect to `theta` on the estimation scale, or `None`),
-    `log_likelihood` (PEtab's, over the observed data) and `ok` per experiment."""
-
-    outputs: Float[Array, "e n m"]
-    sigma: Float[Array, "e n m"]
-    residuals: Float[Array, "e n m"]
-    jacobian: Float[Array, "e n m q"] | None
-    log_likelihood: Float[Array, ""]
-    ok: Bool[Array, " e"]
-
-
-@eqx.filter_jit
-def _predict(problem: Problem, theta: Array, integrator: Integrator, jacobian: bool) -> Prediction:
-    model = _experiment_model(problem, integrator)
-    th, M = _directions(problem, theta)
-    m = problem.n_observables
-
-    def one(th_e, M_e, times):
-        if jacobian:
-            y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
-            Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
-        else:
-            solved = solve(model, th_e, times, integrator, diffrax.RecursiveCheckpointAdjoint())
-            y, Y = solved.ys, None
-        return y.reshape(times.shape[0], -1), Y, solved.ok
-
-    y, Y, ok = jax.vmap(one)(th, M, problem.times)
-    pred = y[..., :m]
-    if any(problem.noise_outputs):
-        sigma = jnp.where(jnp.asarray(problem.noise_outputs), y[..., m : 2 * m], problem.sigma)
-    else:
-        sigma = problem.sigma
-    observed = ~jnp.isnan(problem.data)
-    data = jnp.where(observed, problem.data, 1.0)
-    tr = jnp.stack([_transform(pred[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
-    trd = jnp.stack([_transform(data[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
-    r = jnp.where(observed, (tr - trd) / sigma, 0.0)
-    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
-    log_jac = jnp.stack(
-        [
-            jnp.zeros_like(data[..., o])
-            if problem.transforms[o] == "lin"
-            else jnp.log(data[..., o])
-            + (jnp.log(jnp.log(10.0)) if problem.transforms[o] == "log10" else 0.0)
-            for o in range(m)
-        ],
-        axis=-1,
-    )
-    ll_normal = -0.5 * jnp.log(2 * jnp.pi * sigma**2) - 0.5 * r**2
-    ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
-    ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
-    llh = jnp.sum(jnp.where(observed, ll, 0.0))
-    J = None
-    if jacobian:
-        dY = Y[..., :m, :]
-        scale = jnp.stack(
-            [
-                jnp.ones_like(pred[..., o])
-                if problem.transforms[o] == "lin"
-                else 1.0
-                / (pred[..., o] * (jnp.log(10.0) if problem.transforms[o] == "log10" else 1.0))
-                for o in range(m)
-            ],
-            axis=-1,
-        )
-        J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
-    return Prediction(pred, sigma, r, J, llh, ok)
-
-
-def predict(
-    problem: Problem,
-    theta: ArrayLike | Mapping | None = None,
-    *,
-    jacobian: bool = False,
-    integrator: Integrator | None = None,
-) -> Prediction:
-    """Simulate every experiment of `problem` at `theta` (on the estimation scale;
-    default: nominal), with the weighted residuals, the PEtab log-likelihood and, with
-    `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
-    naming the experiment (under the caller's `jit`/`vmap`: NaN and `ok = False`).
-    Jittable and vmappable over `theta`."""
-    theta = check_theta(problem, theta)
-    integrator = problem.model.integrator if integrator is None else integrator
-    out = _predict(problem, theta, integrator, bool(jacobian))
-    if is_traced(out.ok):  # inside the caller's jit or vmap: failures are NaN and ok
-        return out
-    ok = np.asarray(out.ok)
-    if not ok.all():
-        bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]
-        raise RuntimeError(
-            f"The solve failed (or gave non-finite values) in {bad}: try a stiff solver, "
-            "looser tolerances or more max_steps (ji.Integrator)."
-        )
-    return out
-
-
-def problem_sensitivity(
-    problem: Problem,
-    theta: ArrayLike | Mapping | None = None,
-    *,
-    integrator: Integrator | None = None,
-) -> Sensitivity:
-    """The noise-weighted sensitivity matrix of a problem: one row per observed datum
-    (experiments stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the
-    observable transformation and `theta` on the estimation scale. Its Gram matrix is
-    the Fisher information (for normal noise); every selection and rank analysis of
-    jaxident takes it (`scale="noise"` marks it)."""
-    out = predict(problem, theta, jacobian=True, integrator=integrator)
-    observed = np.asarray(problem.observed)
-    J = np.asarray(out.jacobian)[observed]
-    outputs = np.asarray(out.outputs)[observed]
-    integrator = problem.model.integrator if integrator is None else integrator
-    return Sensitivity(
-        matrix=jnp.asarray(J),
-        outputs=jnp.asarray(outputs),
-        times=jnp.arange(J.shape[0], dtype=float),
-        names=problem.parameters.names,
-        output_names=None,
-        scale="noise",
-        ok=jnp.asarray(True),
-        accuracy=accuracy(problem.model, integrator, J.dtype),
-    )

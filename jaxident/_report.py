@@ -4,12 +4,10 @@ direction grouped into dependent sets, the identifiable combinations (monomials 
 off the null space on the log scale, linear combinations otherwise), the column subset
 selection with its metrics, and practical identifiability from the noise model."""
 
-import json
 import math
 from collections.abc import Sequence
 from fractions import Fraction
 
-import equinox as eqx
 import numpy as np
 
 from ._checks import check_theta
@@ -17,238 +15,10 @@ from ._identify._css import select_parameters
 from ._identify._estimability import estimability
 from ._linalg._css._srrqr import StrongRRQR
 from ._linalg._rank import AbstractRankRule, near_threshold, RelativeTolerance, with_accuracy
-from ._linalg._selection import Selection
 from ._model import AbstractModel
-from ._problem import Experiment, Problem, problem_sensitivity, unscale
-
-
-class Group(eqx.Module):
-    """Parameters that move together in the null space: `names`, the null vectors
-    restricted to them (`directions`, columns, on the log scale of each parameter),
-    what the data do determine about them (`combinations`, as text), and whether the
-    group is a scaling symmetry (`monomial`: the combinations are monomials, valid
-    everywhere; else linear combinations valid near `theta`), with the integer
-    `exponents` of the monomials (one row per combination) when it is."""
-
-    names: tuple[str, ...]
-    directions: np.ndarray
-    combinations: tuple[str, ...]
-    monomial: bool
-    exponents: np.ndarray | None = None
-
-
-class Report(eqx.Module):
-    """The identifiability report of `ji.analyze` (print it, `to_dict()`, `to_json()`,
-    `plot()`).
-
-    **Fields:**
-
-    - `name`, `names` (the parameters), `theta` (on the estimation scale), `scales`.
-    - `singular_values`: of the equilibrated, noise-weighted sensitivity matrix,
-      relative to the largest; `rank`, `rank_rule`, `margin` (`sigma_k / sigma_{k+1}`,
-      inf at full rank), `near_threshold` (a sentence when the decision would change if
-      the threshold moved by a factor 10, else `None`).
-    - `non_identifiable`: every parameter with a component in a non-identifiable
-      direction; `groups`: those parameters in dependent sets (`Group`), with the
-      identifiable combinations; `identifiable`: the rest.
-    - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
-    - `std`: the standard deviation of each parameter on its estimation scale from the
-      Fisher information (inf for non-identifiable parameters; the others with those
-      held fixed), `decades`: the same in decades (log10 units); `threshold` and
-      `practically_non_identifiable` (identifiable parameters above it);
-      `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
-      standard deviation exceeds the threshold.
-    - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
-      `n_data`: the number of rows (observed data).
-    """
-
-    name: str
-    names: tuple[str, ...]
-    theta: np.ndarray
-    scales: tuple[str, ...]
-    singular_values: np.ndarray
-    rank: int
-    rank_rule: str
-    margin: float
-    non_identifiable: tuple[str, ...]
-    groups: tuple[Group, ...]
-    selection: Selection
-    std: np.ndarray
-    threshold: float
-    weak_directions: tuple
-    noise_model: bool
-    n_data: int
-    near_threshold: str | None = None
-
-    @property
-    def identifiable(self) -> tuple[str, ...]:
-        return tuple(n for n in self.names if n not in self.non_identifiable)
-
-    @property
-    def decades(self) -> np.ndarray:
-        return _decades(self.std, self.theta, self.scales)
-
-    @property
-    def practically_non_identifiable(self) -> tuple[str, ...]:
-        d = self.decades
-        return tuple(
-            n
-            for i, n in enumerate(self.names)
-            if n not in self.non_identifiable and d[i] > self.threshold
-        )
-
-    @property
-    def combinations(self) -> tuple[str, ...]:
-        return tuple(c for g in self.groups for c in g.combinations)
-
-    def to_dict(self) -> dict:
-        def num(x):
-            x = float(x)
-            return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
-
-        return {
-            "name": self.name,
-            "parameters": list(self.names),
-            "theta": [num(x) for x in self.theta],
-            "scales": list(self.scales),
-            "rank": self.rank,
-            "n_parameters": len(self.names),
-            "rank_rule": self.rank_rule,
-            "margin": num(self.margin),
-            "near_threshold": self.near_threshold,
-            "singular_values": [num(x) for x in self.singular_values],
-            "non_identifiable": list(self.non_identifiable),
-            "groups": [
-                {
-                    "parameters": list(g.names),
-                    "null_directions": np.asarray(g.directions).T.tolist(),
-                    "identifiable_combinations": list(g.combinations),
-                    "monomial": bool(g.monomial),
-                }
-                for g in self.groups
-            ],
-            "identifiable": list(self.identifiable),
-            "n_data": self.n_data,
-            "selection": self.selection.to_dict(),
-            "noise_model": self.noise_model,
-            "std": {n: num(s) for n, s in zip(self.names, self.std)},
-            "std_decades": {n: num(s) for n, s in zip(self.names, self.decades)},
-            "threshold_decades": self.threshold,
-            "practically_non_identifiable": list(self.practically_non_identifiable),
-            "weak_directions": [
-                {
-                    "singular_value": num(s),
-                    "std": num(d),
-                    "direction": _direction_dict(self.names, v),
-                }
-                for s, d, v in self.weak_directions
-            ],
-        }
-
-    def to_json(self, path=None, **kwargs) -> str:
-        text = json.dumps(self.to_dict(), indent=2, **kwargs)
-        if path is not None:
-            with open(path, "w") as fh:
-                fh.write(text)
-        return text
-
-    def __str__(self) -> str:
-        p = len(self.names)
-        lines = [f"Identifiability of {self.name}: {p} parameters"]
-        margin = "full rank" if not math.isfinite(self.margin) else f"gap {self.margin:.3g}"
-        lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
-        if self.near_threshold:
-            lines.append(
-                f"  CLOSE CALL: {self.near_threshold}; more accurate sensitivities "
-                "(integrator=ji.Integrator(rtol=...), --solver-rtol) may change it"
-            )
-        if not self.non_identifiable:
-            lines.append("  every parameter is structurally identifiable (locally, here)")
-        else:
-            lines.append(
-                f"  {len(self.non_identifiable)} non-identifiable: "
-                + ", ".join(self.non_identifiable)
-            )
-            for g in self.groups:
-                d = g.directions.shape[1]
-                head = f"    {{{', '.join(g.names)}}}"
-                if not g.combinations:
-                    lines.append(f"{head}: no effect on the outputs")
-                elif g.monomial or len(g.combinations) <= 2:
-                    lines.append(f"{head}: identifiable only {'; '.join(g.combinations)}")
-                else:
-                    lines.append(
-                        f"{head}: {d} non-identifiable direction(s), {len(g.combinations)} "
-                        "identifiable linear combinations of the log parameters near theta "
-                        "(Report.groups)"
-                    )
-        sel = self.selection.to_dict()
-
-        def fmt(v):
-            return "n/a" if v is None else f"{v:.3g}"
-
-        lines.append(
-            f"  column subset selection ({type(self.selection.method).__name__}, "
-            f"k={sel['k']}): " + ", ".join(sel["identifiable"])
-        )
-        lines.append(
-            f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {fmt(sel['gamma2'])}, tau {fmt(sel['tau'])}"
-        )
-        if self.n_data < p:
-            lines.append(
-                f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "
-                "can be identifiable"
-            )
-        noise = "noise model" if self.noise_model else "sigma = 1 (no noise model given)"
-        lines.append(
-            f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
-        )
-        w = max(len(n) for n in self.names)
-        dec = self.decades
-        for i, n in enumerate(self.names):
-            flag = ""
-            if n in self.non_identifiable:
-                flag = "  non-identifiable"
-            elif dec[i] > self.threshold:
-                flag = "  PRACTICALLY NON-IDENTIFIABLE"
-            lines.append(
-                f"    {n:<{w}}  {self.scales[i]:>5} {float(self.theta[i]):>11.4g}  "
-                f"std {float(self.std[i]):.3g} ({float(dec[i]):.3g} decades){flag}"
-            )
-        for s, d, v in self.weak_directions:
-            lines.append(
-                f"    weak direction (sigma {s:.3g}, std {d:.3g}): {_direction_text(self.names, v)}"
-            )
-        return "\n".join(lines)
-
-    def __repr__(self) -> str:
-        return self.__str__()
-
-    def plot(self, **kwargs):
-        from . import plot
-
-        return plot.report(self, **kwargs)
-
-
-def _direction_dict(names, v) -> dict:
-    return {n: float(x) for n, x in zip(names, v) if abs(x) > 1e-3 * np.abs(v).max()}
-
-
-def _direction_text(names, v) -> str:
-    big = np.abs(v).max()
-    return " ".join(f"{x:+.2f} {n}" for n, x in zip(names, v) if abs(x) > 0.05 * big)
-
-
-def _decades(std, theta, scales) -> np.ndarray:
-    out = []
-    for s, t, sc in zip(np.asarray(std), np.asarray(theta), scales):
-        if sc == "log10":
-            out.append(s)
-        elif sc == "log":
-            out.append(s / math.log(10))
-        else:
-            out.append(s / (abs(t) * math.log(10)) if t != 0 else s)
-    return np.asarray(out, dtype=float)
+from ._predict import problem_sensitivity, profile_problem
+from ._problem import Experiment, Problem, unscale
+from ._report_result import decades, Group, Report
 
 
 def _components(sets: Sequence[Sequence[str]], names: Sequence[str]) -> list[tuple[str, ...]]:
@@ -403,6 +173,8 @@ def analyze(
     sigma=None,
     integrator=None,
     name: str | None = None,
+    profile: bool = False,
+    progress: bool = True,
 ) -> Report:
     """The complete identifiability report of a model or a problem at `theta`.
 
@@ -427,6 +199,11 @@ def analyze(
     for a null vector `a`, and the monomials orthogonal to every null vector can
     (`beta*I0`, `k1*V`), reported with small integer exponents. Otherwise the group's
     identifiable linear combinations (of the log parameters) at `theta` are reported.
+
+    - `profile`: confirm each practically non-identifiable parameter by its profile
+      likelihood (`ji.profile_problem`, 9 values over `threshold` decades either side,
+      the others re-estimated): confirmed when twice the cost stays within 3.84 (the 95%
+      chi-square quantile, one degree of freedom) of its minimum over the range.
 
     **Returns:** a `Report`.
     """
@@ -491,7 +268,7 @@ def analyze(
     keep = [i for i, n in enumerate(names) if n not in non_id]
     std = np.full(p, np.inf)
     # in decades: the Fisher information in log10 units of each parameter
-    g = _decades(np.ones(p), th, problem.scales)
+    g = decades(np.ones(p), th, problem.scales)
     g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
     weak = []
     if keep:
@@ -507,8 +284,19 @@ def analyze(
                 v = np.zeros(p)
                 v[keep] = V[:, j]
                 weak.append((math.sqrt(max(lam[j], 0.0)), sd, v))
+    dec_std = decades(std, th, problem.scales)
+    profiles = {}
+    if profile:
+        for n in [names[i] for i in range(p) if names[i] not in non_id and dec_std[i] > threshold]:
+            i = names.index(n)
+            values = th[i] + np.linspace(-1.0, 1.0, 9) * threshold * g[i]
+            lo, up = problem.parameters.lower[i], problem.parameters.upper[i]
+            values = np.clip(values, float(lo), float(up))
+            profiles[n] = profile_problem(
+                problem, n, np.unique(values), theta0=th, integrator=integrator, progress=progress
+            )
     return Report(
-        name=name or problem.name or type(target).__name__,
+        name=name or problem.name or type(problem.model).__name__,
         names=names,
         theta=th,
         scales=problem.scales,
@@ -525,4 +313,5 @@ def analyze(
         noise_model=noise_model,
         n_data=int(S.shape[0]),
         near_threshold=near_msg if near else None,
+        profiles=profiles,
     )

@@ -22,10 +22,7 @@ from jaxtyping import Array, Float
 
 from ._model import Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
-from ._symbolic import dependency_order, evaluate, symbols_of
-
-
-TIME = "time"
+from ._symbolic import dependency_order, evaluate, from_mathml, symbols_of, TIME
 
 
 def _libsbml():
@@ -36,95 +33,6 @@ def _libsbml():
             "Reading SBML needs python-libsbml: pip install 'jaxident[petab]'."
         ) from None
     return libsbml
-
-
-def _math(node, where: str) -> sp.Expr:
-    """A libsbml `ASTNode` as a SymPy expression."""
-    L = _libsbml()
-    if node is None:
-        raise ValueError(f"{where}: missing math.")
-    t = node.getType()
-    kids = [_math(node.getChild(i), where) for i in range(node.getNumChildren())]
-    if t == L.AST_INTEGER:
-        return sp.Integer(node.getInteger())
-    if t in (L.AST_REAL, L.AST_REAL_E):
-        v = node.getReal()
-        return sp.Float(v) if np.isfinite(v) else (sp.oo if v > 0 else -sp.oo)
-    if t == L.AST_RATIONAL:
-        return sp.Rational(node.getNumerator(), node.getDenominator())
-    if t == L.AST_NAME:
-        return sp.Symbol(node.getName())
-    if t == L.AST_NAME_TIME:
-        return sp.Symbol(TIME)
-    if t == L.AST_NAME_AVOGADRO:
-        return sp.Float(6.02214076e23)
-    if t == L.AST_CONSTANT_E:
-        return sp.E
-    if t == L.AST_CONSTANT_PI:
-        return sp.pi
-    if t == L.AST_CONSTANT_TRUE:
-        return sp.true
-    if t == L.AST_CONSTANT_FALSE:
-        return sp.false
-    if t == L.AST_PLUS:
-        return sp.Add(*kids) if kids else sp.Integer(0)
-    if t == L.AST_TIMES:
-        return sp.Mul(*kids) if kids else sp.Integer(1)
-    if t == L.AST_MINUS:
-        return -kids[0] if len(kids) == 1 else kids[0] - kids[1]
-    if t == L.AST_DIVIDE:
-        return kids[0] / kids[1]
-    if t in (L.AST_POWER, L.AST_FUNCTION_POWER):
-        return kids[0] ** kids[1]
-    if t == L.AST_FUNCTION_ROOT:
-        return kids[-1] ** (1 / kids[0]) if len(kids) == 2 else sp.sqrt(kids[0])
-    if t == L.AST_FUNCTION_LOG:
-        return sp.log(kids[1], kids[0]) if len(kids) == 2 else sp.log(kids[0], 10)
-    if t == L.AST_FUNCTION_PIECEWISE:
-        pieces = [(kids[i], kids[i + 1]) for i in range(0, len(kids) - 1, 2)]
-        if len(kids) % 2:
-            pieces.append((kids[-1], sp.true))
-        return sp.Piecewise(*pieces)
-    unary = {
-        L.AST_FUNCTION_EXP: sp.exp,
-        L.AST_FUNCTION_LN: sp.log,
-        L.AST_FUNCTION_ABS: sp.Abs,
-        L.AST_FUNCTION_FLOOR: sp.floor,
-        L.AST_FUNCTION_CEILING: sp.ceiling,
-        L.AST_FUNCTION_SIN: sp.sin,
-        L.AST_FUNCTION_COS: sp.cos,
-        L.AST_FUNCTION_TAN: sp.tan,
-        L.AST_FUNCTION_ARCSIN: sp.asin,
-        L.AST_FUNCTION_ARCCOS: sp.acos,
-        L.AST_FUNCTION_ARCTAN: sp.atan,
-        L.AST_FUNCTION_SINH: sp.sinh,
-        L.AST_FUNCTION_COSH: sp.cosh,
-        L.AST_FUNCTION_TANH: sp.tanh,
-        L.AST_LOGICAL_NOT: sp.Not,
-    }
-    if t in unary:
-        return unary[t](kids[0])
-    nary = {
-        L.AST_LOGICAL_AND: sp.And,
-        L.AST_LOGICAL_OR: sp.Or,
-        L.AST_LOGICAL_XOR: sp.Xor,
-        L.AST_FUNCTION_MAX: sp.Max,
-        L.AST_FUNCTION_MIN: sp.Min,
-    }
-    if t in nary:
-        return nary[t](*kids)
-    relations = {
-        L.AST_RELATIONAL_LT: sp.StrictLessThan,
-        L.AST_RELATIONAL_LEQ: sp.LessThan,
-        L.AST_RELATIONAL_GT: sp.StrictGreaterThan,
-        L.AST_RELATIONAL_GEQ: sp.GreaterThan,
-        L.AST_RELATIONAL_EQ: sp.Eq,
-        L.AST_RELATIONAL_NEQ: sp.Ne,
-    }
-    if t in relations and len(kids) == 2:
-        return relations[t](kids[0], kids[1], evaluate=False)
-    what = node.getName() or L.formulaToL3String(node)
-    raise ValueError(f"{where}: the MathML operation {what!r} is not supported.")
 
 
 def _unsupported(model) -> list[str]:
@@ -297,14 +205,14 @@ def sbml_model(
     assigned = {r.getVariable() for r in m.getListOfRules() if r.isAssignment()}
     rated = {r.getVariable(): r for r in m.getListOfRules() if r.isRate()}
     ia = {
-        a.getSymbol(): _math(a.getMath(), f"initial assignment to {a.getSymbol()!r}")
+        a.getSymbol(): from_mathml(a.getMath(), f"initial assignment to {a.getSymbol()!r}")
         for a in m.getListOfInitialAssignments()
     }
     if TIME in {x.getId() for x in [*m.getListOfParameters(), *m.getListOfSpecies()]}:
         raise ValueError(f"{path}: an SBML id {TIME!r} clashes with the time symbol.")
     for r in m.getListOfRules():
         if r.isAssignment():
-            rules[r.getVariable()] = _math(r.getMath(), f"rule for {r.getVariable()!r}")
+            rules[r.getVariable()] = from_mathml(r.getMath(), f"rule for {r.getVariable()!r}")
     for c in m.getListOfCompartments():
         cid = c.getId()
         if cid in assigned:
@@ -319,7 +227,7 @@ def sbml_model(
             continue
         if pid in rated:
             initial[pid] = ia.get(pid, sp.Float(_value(p, "parameter", path)))
-            rates[pid] = _math(rated[pid].getMath(), f"rate rule for {pid!r}")
+            rates[pid] = from_mathml(rated[pid].getMath(), f"rate rule for {pid!r}")
         elif pid in ia:
             rules[pid] = ia[pid]
         else:
@@ -342,13 +250,15 @@ def sbml_model(
         else:
             raise ValueError(f"{path}: species {sid!r} has no initial value.")
         rates[sid] = (
-            _math(rated[sid].getMath(), f"rate rule for {sid!r}") if sid in rated else sp.Integer(0)
+            from_mathml(rated[sid].getMath(), f"rate rule for {sid!r}")
+            if sid in rated
+            else sp.Integer(0)
         )
     for r in m.getListOfReactions():
         law = r.getKineticLaw()
         if law is None:
             raise ValueError(f"{path}: reaction {r.getId()!r} has no kinetic law.")
-        rate = _math(law.getMath(), f"kinetic law of reaction {r.getId()!r}")
+        rate = from_mathml(law.getMath(), f"kinetic law of reaction {r.getId()!r}")
         local = [*law.getListOfParameters()]
         if m.getLevel() == 3:
             local += [*law.getListOfLocalParameters()]

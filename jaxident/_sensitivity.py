@@ -119,7 +119,7 @@ def _sensitivity_message(model, scale, out):
 
 @clean_errors(diagnose=solve_failure_point)
 def sensitivity(
-    model: AbstractModel,
+    model: eqx.Module,  # a model or a ji.Problem
     theta: ArrayLike | dict | Sequence | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
@@ -129,7 +129,19 @@ def sensitivity(
 ) -> Sensitivity:
     """The sensitivity matrix of the model outputs with respect to the parameters, with
     labels. See `sensitivity_matrix` for the arguments; this returns a `Sensitivity`
-    carrying the names, the outputs and the times along with the matrix."""
+    carrying the names, the outputs and the times along with the matrix. For a
+    `ji.Problem` it is `ji.problem_sensitivity` (noise-weighted, experiments stacked,
+    parameters on their estimation scales)."""
+    from ._predict import problem_sensitivity
+    from ._problem import Problem
+
+    if isinstance(model, Problem):
+        if scale != "none" or times is not None:
+            raise ValueError(
+                "For a ji.Problem the rows are its data, weighted by their noise: give "
+                "neither times nor scale (the estimation scales are the problem's)."
+            )
+        return problem_sensitivity(model, theta, integrator=integrator)
     check_model(model)
     theta = check_theta(model, theta)
     times = check_times(model, times)

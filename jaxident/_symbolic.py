@@ -1,11 +1,16 @@
-"""Symbolic expressions (SymPy trees from a parser, never from `eval`) evaluated as JAX
-operations, and ordered so that each is evaluated after the quantities it uses."""
+"""Symbolic expressions (SymPy trees from a parser or from SBML's MathML, never from
+`eval`) evaluated as JAX operations, and ordered so that each is evaluated after the
+quantities it uses."""
 
+import math
 from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
 import sympy as sp
 from jaxtyping import Array, ArrayLike
+
+
+TIME = "time"  # the symbol of time, in SBML (csymbol) and PEtab formulas alike
 
 
 class UnsupportedMath(ValueError):
@@ -147,3 +152,93 @@ def dependency_order(defs: Mapping[str, sp.Basic], what: str) -> list[str]:
     for name in defs:
         visit(name, [])
     return order
+
+
+def from_mathml(node, where: str) -> sp.Expr:
+    """A libsbml `ASTNode` as a SymPy expression (`where` names it in errors)."""
+    import libsbml as L
+
+    if node is None:
+        raise ValueError(f"{where}: missing math.")
+    t = node.getType()
+    kids = [from_mathml(node.getChild(i), where) for i in range(node.getNumChildren())]
+    if t == L.AST_INTEGER:
+        return sp.Integer(node.getInteger())
+    if t in (L.AST_REAL, L.AST_REAL_E):
+        v = node.getReal()
+        return sp.Float(v) if math.isfinite(v) else (sp.oo if v > 0 else -sp.oo)
+    if t == L.AST_RATIONAL:
+        return sp.Rational(node.getNumerator(), node.getDenominator())
+    if t == L.AST_NAME:
+        return sp.Symbol(node.getName())
+    if t == L.AST_NAME_TIME:
+        return sp.Symbol(TIME)
+    if t == L.AST_NAME_AVOGADRO:
+        return sp.Float(6.02214076e23)
+    if t == L.AST_CONSTANT_E:
+        return sp.E
+    if t == L.AST_CONSTANT_PI:
+        return sp.pi
+    if t == L.AST_CONSTANT_TRUE:
+        return sp.true
+    if t == L.AST_CONSTANT_FALSE:
+        return sp.false
+    if t == L.AST_PLUS:
+        return sp.Add(*kids) if kids else sp.Integer(0)
+    if t == L.AST_TIMES:
+        return sp.Mul(*kids) if kids else sp.Integer(1)
+    if t == L.AST_MINUS:
+        return -kids[0] if len(kids) == 1 else kids[0] - kids[1]
+    if t == L.AST_DIVIDE:
+        return kids[0] / kids[1]
+    if t in (L.AST_POWER, L.AST_FUNCTION_POWER):
+        return kids[0] ** kids[1]
+    if t == L.AST_FUNCTION_ROOT:
+        return kids[-1] ** (1 / kids[0]) if len(kids) == 2 else sp.sqrt(kids[0])
+    if t == L.AST_FUNCTION_LOG:
+        return sp.log(kids[1], kids[0]) if len(kids) == 2 else sp.log(kids[0], 10)
+    if t == L.AST_FUNCTION_PIECEWISE:
+        pieces = [(kids[i], kids[i + 1]) for i in range(0, len(kids) - 1, 2)]
+        if len(kids) % 2:
+            pieces.append((kids[-1], sp.true))
+        return sp.Piecewise(*pieces)
+    unary = {
+        L.AST_FUNCTION_EXP: sp.exp,
+        L.AST_FUNCTION_LN: sp.log,
+        L.AST_FUNCTION_ABS: sp.Abs,
+        L.AST_FUNCTION_FLOOR: sp.floor,
+        L.AST_FUNCTION_CEILING: sp.ceiling,
+        L.AST_FUNCTION_SIN: sp.sin,
+        L.AST_FUNCTION_COS: sp.cos,
+        L.AST_FUNCTION_TAN: sp.tan,
+        L.AST_FUNCTION_ARCSIN: sp.asin,
+        L.AST_FUNCTION_ARCCOS: sp.acos,
+        L.AST_FUNCTION_ARCTAN: sp.atan,
+        L.AST_FUNCTION_SINH: sp.sinh,
+        L.AST_FUNCTION_COSH: sp.cosh,
+        L.AST_FUNCTION_TANH: sp.tanh,
+        L.AST_LOGICAL_NOT: sp.Not,
+    }
+    if t in unary:
+        return unary[t](kids[0])
+    nary = {
+        L.AST_LOGICAL_AND: sp.And,
+        L.AST_LOGICAL_OR: sp.Or,
+        L.AST_LOGICAL_XOR: sp.Xor,
+        L.AST_FUNCTION_MAX: sp.Max,
+        L.AST_FUNCTION_MIN: sp.Min,
+    }
+    if t in nary:
+        return nary[t](*kids)
+    relations = {
+        L.AST_RELATIONAL_LT: sp.StrictLessThan,
+        L.AST_RELATIONAL_LEQ: sp.LessThan,
+        L.AST_RELATIONAL_GT: sp.StrictGreaterThan,
+        L.AST_RELATIONAL_GEQ: sp.GreaterThan,
+        L.AST_RELATIONAL_EQ: sp.Eq,
+        L.AST_RELATIONAL_NEQ: sp.Ne,
+    }
+    if t in relations and len(kids) == 2:
+        return relations[t](kids[0], kids[1], evaluate=False)
+    what = node.getName() or L.formulaToL3String(node)
+    raise ValueError(f"{where}: the MathML operation {what!r} is not supported.")

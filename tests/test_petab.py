@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.optimize
 
 import jaxident as ji
-from jaxident._problem import _directions
+from jaxident._predict import _directions
 
 
 roadrunner = pytest.importorskip("roadrunner")
@@ -171,7 +172,7 @@ def test_unsupported_sbml_feature_is_named(tmp_path):
 
 def test_boehm_practical_identifiability_against_numpy():
     problem = ji.petab.load(ji.data.petab_problem("boehm"))
-    rep = ji.analyze(problem, threshold=1.0)
+    rep = ji.analyze(problem, threshold=1.0, profile=True, progress=False)
     S = np.asarray(ji.problem_sensitivity(problem).matrix)
     cov = np.linalg.inv(S.T @ S)  # full rank: every parameter identifiable
     std = np.sqrt(np.diag(cov))  # log10 scale: already in decades
@@ -184,6 +185,30 @@ def test_boehm_practical_identifiability_against_numpy():
     assert problem.noise_parameters == ("sd_pSTAT5A_rel", "sd_pSTAT5B_rel", "sd_rSTAT5A_rel")
     d = rep.to_dict()
     assert d["practically_non_identifiable"] == list(flagged) and d["rank"] == 6
+    # the profiles confirm both: flat within the 95% bound over a decade
+    assert rep.profile_confirms("k_exp_hetero") and rep.profile_confirms("k_imp_homo")
+    assert d["profiles"]["k_imp_homo"]["confirms"] is True
+    # one profile point against SciPy's trust-region fit of the same residuals
+    prof = rep.profiles["k_exp_hetero"]
+    j = problem.parameters.index("k_exp_hetero")
+    free = [i for i in range(6) if i != j]
+    value = prof.values[-1]
+
+    def residuals(z):
+        th = np.asarray(problem.parameters.nominal).copy()
+        th[free], th[j] = z, value
+        try:
+            return np.asarray(ji.predict(problem, th).residuals).ravel()
+        except RuntimeError:  # not solvable there: a bad point, not a crash
+            return np.full(48, 1e3)
+
+    z0 = prof.estimates[-1]  # within a decade of it (further out the model cannot be solved)
+    ref = scipy.optimize.least_squares(
+        residuals, z0, bounds=(z0 - 1, z0 + 1), xtol=1e-12, ftol=1e-12
+    )
+    assert prof.ok[-1] and 2 * prof.cost[-1] <= 2 * ref.cost + 1e-3, (prof.cost, ref.cost)
+    nominal_cost = 0.5 * np.sum(np.asarray(ji.predict(problem).residuals) ** 2)
+    assert np.nanmin(prof.cost) <= nominal_cost + 1e-9
 
 
 def test_predict_jit_and_vmap_over_parameters():

@@ -185,6 +185,10 @@ def test_problem_with_experiments_against_closed_form():
 
     ref = np.vstack([rows(t1, 1.0, 2.0, 0.1, "V"), rows(t2, 5.0, 4.0, 0.2, "V_b")])
     np.testing.assert_allclose(S, ref, rtol=1e-6, atol=1e-9)
+    # ji.sensitivity of a problem is the same matrix, ready for every selection
+    sens = ji.sensitivity(problem)
+    np.testing.assert_array_equal(np.asarray(sens.matrix), S)
+    assert sens.scale == "noise" and int(ji.select_parameters(sens).k) == 3
     # the model parameter fixed in every experiment is not a problem parameter
     assert "dose" not in ji.Problem(model, experiments[:1]).parameters.names
     with pytest.raises(ValueError, match="not a parameter of the problem"):

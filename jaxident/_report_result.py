@@ -1,0 +1,266 @@
+"""The result of `ji.analyze`: the report (text, JSON, figure) and its dependent
+groups."""
+
+import json
+import math
+
+import equinox as eqx
+import numpy as np
+
+from ._linalg._selection import Selection
+
+
+class Group(eqx.Module):
+    """Parameters that move together in the null space: `names`, the null vectors
+    restricted to them (`directions`, columns, on the log scale of each parameter),
+    what the data do determine about them (`combinations`, as text), and whether the
+    group is a scaling symmetry (`monomial`: the combinations are monomials, valid
+    everywhere; else linear combinations valid near `theta`), with the integer
+    `exponents` of the monomials (one row per combination) when it is."""
+
+    names: tuple[str, ...]
+    directions: np.ndarray
+    combinations: tuple[str, ...]
+    monomial: bool
+    exponents: np.ndarray | None = None
+
+
+class Report(eqx.Module):
+    """The identifiability report of `ji.analyze` (print it, `to_dict()`, `to_json()`,
+    `plot()`).
+
+    **Fields:**
+
+    - `name`, `names` (the parameters), `theta` (on the estimation scale), `scales`.
+    - `singular_values`: of the equilibrated, noise-weighted sensitivity matrix,
+      relative to the largest; `rank`, `rank_rule`, `margin` (`sigma_k / sigma_{k+1}`,
+      inf at full rank), `near_threshold` (a sentence when the decision would change if
+      the threshold moved by a factor 10, else `None`).
+    - `non_identifiable`: every parameter with a component in a non-identifiable
+      direction; `groups`: those parameters in dependent sets (`Group`), with the
+      identifiable combinations; `identifiable`: the rest.
+    - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
+    - `std`: the standard deviation of each parameter on its estimation scale from the
+      Fisher information (inf for non-identifiable parameters; the others with those
+      held fixed), `decades`: the same in decades (log10 units); `threshold` and
+      `practically_non_identifiable` (identifiable parameters above it);
+      `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
+      standard deviation exceeds the threshold.
+    - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
+      `n_data`: the number of rows (observed data).
+    """
+
+    name: str
+    names: tuple[str, ...]
+    theta: np.ndarray
+    scales: tuple[str, ...]
+    singular_values: np.ndarray
+    rank: int
+    rank_rule: str
+    margin: float
+    non_identifiable: tuple[str, ...]
+    groups: tuple[Group, ...]
+    selection: Selection
+    std: np.ndarray
+    threshold: float
+    weak_directions: tuple
+    noise_model: bool
+    n_data: int
+    near_threshold: str | None = None
+    profiles: dict = eqx.field(default_factory=dict)
+
+    def profile_confirms(self, name: str) -> bool | None:
+        """Whether the profile of `name` (from `ji.analyze(..., profile=True)`) stays
+        within the 95% chi-square bound (twice the cost within 3.84 of its minimum) over
+        the whole range, i.e. confirms that the data do not determine it there; `None`
+        without a profile or when every fit on it failed."""
+        prof = self.profiles.get(name)
+        if prof is None or not np.any(prof.ok):
+            return None
+        c = np.asarray(prof.cost)[np.asarray(prof.ok)]
+        return bool(2 * (c.max() - c.min()) < 3.84)
+
+    @property
+    def identifiable(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n not in self.non_identifiable)
+
+    @property
+    def decades(self) -> np.ndarray:
+        return decades(self.std, self.theta, self.scales)
+
+    @property
+    def practically_non_identifiable(self) -> tuple[str, ...]:
+        d = self.decades
+        return tuple(
+            n
+            for i, n in enumerate(self.names)
+            if n not in self.non_identifiable and d[i] > self.threshold
+        )
+
+    @property
+    def combinations(self) -> tuple[str, ...]:
+        return tuple(c for g in self.groups for c in g.combinations)
+
+    def to_dict(self) -> dict:
+        def num(x):
+            x = float(x)
+            return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+        return {
+            "name": self.name,
+            "parameters": list(self.names),
+            "theta": [num(x) for x in self.theta],
+            "scales": list(self.scales),
+            "rank": self.rank,
+            "n_parameters": len(self.names),
+            "rank_rule": self.rank_rule,
+            "margin": num(self.margin),
+            "near_threshold": self.near_threshold,
+            "singular_values": [num(x) for x in self.singular_values],
+            "non_identifiable": list(self.non_identifiable),
+            "groups": [
+                {
+                    "parameters": list(g.names),
+                    "null_directions": np.asarray(g.directions).T.tolist(),
+                    "identifiable_combinations": list(g.combinations),
+                    "monomial": bool(g.monomial),
+                }
+                for g in self.groups
+            ],
+            "identifiable": list(self.identifiable),
+            "n_data": self.n_data,
+            "selection": self.selection.to_dict(),
+            "noise_model": self.noise_model,
+            "std": {n: num(s) for n, s in zip(self.names, self.std)},
+            "std_decades": {n: num(s) for n, s in zip(self.names, self.decades)},
+            "threshold_decades": self.threshold,
+            "practically_non_identifiable": list(self.practically_non_identifiable),
+            "profiles": {
+                n: {**prof.to_dict(), "confirms": self.profile_confirms(n)}
+                for n, prof in self.profiles.items()
+            },
+            "weak_directions": [
+                {
+                    "singular_value": num(s),
+                    "std": num(d),
+                    "direction": _direction_dict(self.names, v),
+                }
+                for s, d, v in self.weak_directions
+            ],
+        }
+
+    def to_json(self, path=None, **kwargs) -> str:
+        text = json.dumps(self.to_dict(), indent=2, **kwargs)
+        if path is not None:
+            with open(path, "w") as fh:
+                fh.write(text)
+        return text
+
+    def __str__(self) -> str:
+        p = len(self.names)
+        lines = [f"Identifiability of {self.name}: {p} parameters"]
+        margin = "full rank" if not math.isfinite(self.margin) else f"gap {self.margin:.3g}"
+        lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
+        if self.near_threshold:
+            lines.append(
+                f"  CLOSE CALL: {self.near_threshold}; more accurate sensitivities "
+                "(integrator=ji.Integrator(rtol=...), --solver-rtol) may change it"
+            )
+        if not self.non_identifiable:
+            lines.append("  every parameter is structurally identifiable (locally, here)")
+        else:
+            lines.append(
+                f"  {len(self.non_identifiable)} non-identifiable: "
+                + ", ".join(self.non_identifiable)
+            )
+            for g in self.groups:
+                d = g.directions.shape[1]
+                head = f"    {{{', '.join(g.names)}}}"
+                if not g.combinations:
+                    lines.append(f"{head}: no effect on the outputs")
+                elif g.monomial or len(g.combinations) <= 2:
+                    lines.append(f"{head}: identifiable only {'; '.join(g.combinations)}")
+                else:
+                    lines.append(
+                        f"{head}: {d} non-identifiable direction(s), {len(g.combinations)} "
+                        "identifiable linear combinations of the log parameters near theta "
+                        "(Report.groups)"
+                    )
+        sel = self.selection.to_dict()
+
+        def fmt(v):
+            return "n/a" if v is None else f"{v:.3g}"
+
+        lines.append(
+            f"  column subset selection ({type(self.selection.method).__name__}, "
+            f"k={sel['k']}): " + ", ".join(sel["identifiable"])
+        )
+        lines.append(
+            f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {fmt(sel['gamma2'])}, tau {fmt(sel['tau'])}"
+        )
+        if self.n_data < p:
+            lines.append(
+                f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "
+                "can be identifiable"
+            )
+        noise = "noise model" if self.noise_model else "sigma = 1 (no noise model given)"
+        lines.append(
+            f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
+        )
+        w = max(len(n) for n in self.names)
+        dec = self.decades
+        for i, n in enumerate(self.names):
+            flag = ""
+            if n in self.non_identifiable:
+                flag = "  non-identifiable"
+            elif dec[i] > self.threshold:
+                flag = "  PRACTICALLY NON-IDENTIFIABLE"
+            lines.append(
+                f"    {n:<{w}}  {self.scales[i]:>5} {float(self.theta[i]):>11.4g}  "
+                f"std {float(self.std[i]):.3g} ({float(dec[i]):.3g} decades){flag}"
+            )
+        verdict = {True: "confirmed: flat", False: "NOT confirmed: it rises", None: "failed"}
+        for n, prof in self.profiles.items():
+            ok = np.asarray(prof.ok)
+            c = np.asarray(prof.cost)[ok]
+            rise = 2 * (c.max() - c.min()) if c.size else float("nan")
+            x = np.asarray(prof.values)
+            lines.append(
+                f"    profile of {n} over [{x.min():.4g}, {x.max():.4g}]: "
+                f"{verdict[self.profile_confirms(n)]} (2 delta cost {rise:.3g}, "
+                f"{int(ok.sum())}/{ok.size} fits)"
+            )
+        for s, d, v in self.weak_directions:
+            lines.append(
+                f"    weak direction (sigma {s:.3g}, std {d:.3g}): {_direction_text(self.names, v)}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.__str__()
+
+    def plot(self, **kwargs):
+        from . import plot
+
+        return plot.report(self, **kwargs)
+
+
+def _direction_dict(names, v) -> dict:
+    return {n: float(x) for n, x in zip(names, v) if abs(x) > 1e-3 * np.abs(v).max()}
+
+
+def _direction_text(names, v) -> str:
+    big = np.abs(v).max()
+    return " ".join(f"{x:+.2f} {n}" for n, x in zip(names, v) if abs(x) > 0.05 * big)
+
+
+def decades(std, theta, scales) -> np.ndarray:
+    out = []
+    for s, t, sc in zip(np.asarray(std), np.asarray(theta), scales):
+        if sc == "log10":
+            out.append(s)
+        elif sc == "log":
+            out.append(s / math.log(10))
+        else:
+            out.append(s / (abs(t) * math.log(10)) if t != 0 else s)
+    return np.asarray(out, dtype=float)
