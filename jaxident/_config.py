@@ -37,25 +37,27 @@ def _default_cache_dir() -> str | None:
 
 
 def _enable_cache() -> None:
-    if jax.config.jax_compilation_cache_dir:  # the user's (or the environment's) choice
-        return
-    folder = _default_cache_dir()
-    if folder is None:
-        return
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:  # a read-only home: no cache, no error
-        return
-    jax.config.update("jax_compilation_cache_dir", folder)
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        # Keep the small programs too (JAX's default keeps those over 1 s): a second
-        # process then compiles nothing at all, which saves about 0.6 s on lserc.
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+    if not jax.config.jax_compilation_cache_dir:  # else the user's (or environment's) choice
+        folder = _default_cache_dir()
+        if folder is None:
+            return
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:  # a read-only home: no cache, no error
+            return
+        jax.config.update("jax_compilation_cache_dir", folder)
+        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+            # Keep the small programs too (JAX's default keeps those over 1 s): a second
+            # process then compiles nothing at all, which saves about 0.6 s on lserc.
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    unset = jax.config.jax_compilation_cache_max_size == -1
+    if unset and "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
         # JAX writes a cache entry in place; without a size bound it takes no lock, and
         # a second process (a pytest worker, another notebook) that compiles the same
-        # program at that moment reads half a file and crashes. A bounded cache locks
-        # every read and write (and evicts the least recently used entries past 1 GiB).
+        # program at that moment reads half a file and crashes (it did, twice: in a
+        # folder of ours and in one the test suite chose). A bounded cache locks every
+        # read and write (and evicts the least recently used entries past 1 GiB), in
+        # any folder.
         jax.config.update("jax_compilation_cache_max_size", 2**30)
 
 

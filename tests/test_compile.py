@@ -115,10 +115,12 @@ _SECOND_PROCESS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("setting", ["dir", "off"])
+@pytest.mark.parametrize("setting", ["dir", "off", "jax"])
 def test_a_second_process_loads_the_compiled_sweep(tmp_path, setting):
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["JAXIDENT_CACHE"] = str(tmp_path / "cache") if setting == "dir" else "0"
+    if setting == "jax":  # a folder chosen through JAX's own setting is bounded too
+        env["JAX_COMPILATION_CACHE_DIR"] = env["JAXIDENT_CACHE"] = str(tmp_path / "cache")
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
     def run():
@@ -130,7 +132,7 @@ def test_a_second_process_loads_the_compiled_sweep(tmp_path, setting):
 
     first, second = run(), run()
     assert second["sum"] == first["sum"]
-    if setting == "dir":
+    if setting in ("dir", "jax"):
         assert first["cache"] == env["JAXIDENT_CACHE"]
         assert any((tmp_path / "cache").iterdir())
         # bounded, hence locked: processes sharing it never read a half-written entry
