@@ -182,8 +182,9 @@ def analyze(
 
     - `target`: a `ji.Problem` (several experiments, a noise model, parameters on their
       estimation scales; e.g. from `ji.petab.load`) or a model (one experiment at
-      `model.times`; with `sigma`, a scalar, one per output or a `ji.MeasurementError`,
-      as its noise model, else sigma = 1).
+      `model.times`, without data; with `sigma`, a scalar, one per output or one per
+      datum `(n_times, n_outputs)`, as its noise model, else sigma = 1; for a
+      relative error model, build a `ji.Problem` with the data).
     - `theta`: the parameters (on the estimation scale for a problem); default nominal.
     - `rank`: the rank rule (default `RelativeTolerance` at the accuracy of the
       sensitivities); `method`: the column subset selection (default `StrongRRQR()`).

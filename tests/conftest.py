@@ -1,5 +1,4 @@
 import os
-import pathlib
 
 
 def _one_core_per_worker() -> None:
@@ -26,15 +25,12 @@ def _one_core_per_worker() -> None:
 
 _one_core_per_worker()
 
-# A persistent compilation cache shared by the test workers and the notebook kernels (they
-# inherit the environment). It lives in the checkout (ignored by git), so a fresh clone
-# starts empty. JAX does not store functions with host callbacks (every function that can
-# raise through equinox's error_if, diffrax or lineax), so it helps the linear-algebra
-# core more than the model solves.
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / ".jax_cache")
-)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# No persistent compilation cache in the test suite (tests/test_compile.py tests it in
+# folders of its own). With one shared by the two workers and the notebook kernels, XLA's
+# CPU backend crashed three times in four full runs (2026-11-24): an abort deserialising
+# an entry, a segfault compiling, "Failed to materialize symbols" executing, each in a
+# worker that had loaded and compiled many large programs.
+os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 import jax  # noqa: E402
 import jaxtyping  # noqa: E402
