@@ -1,3 +1,4 @@
+import gc
 import os
 
 
@@ -26,14 +27,16 @@ def _one_core_per_worker() -> None:
 _one_core_per_worker()
 
 # No persistent compilation cache in the test suite (tests/test_compile.py tests it in
-# folders of its own). With one shared by the two workers and the notebook kernels, XLA's
-# CPU backend crashed three times in four full runs (2026-11-24): an abort deserialising
-# an entry, a segfault compiling, "Failed to materialize symbols" executing, each in a
-# worker that had loaded and compiled many large programs.
+# folders of its own): with one shared by the two workers and the notebook kernels, a
+# worker aborted deserialising an entry (2026-11-24). XLA's CPU backend also crashed
+# compiling (a segfault; "Failed to materialize symbols") in a worker that had compiled
+# the many large programs of the PEtab tests, with and without the cache: those modules
+# release their compiled programs when they end (below).
 os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 import jax  # noqa: E402
 import jaxtyping  # noqa: E402
+import pytest  # noqa: E402
 
 
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -45,3 +48,16 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 import jaxident  # noqa: E402, F401
+
+
+_HEAVY = {"test_petab.py", "test_report.py"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs(request):
+    """After a module that compiles many large programs, drop them (JAX's caches), so
+    that a worker does not carry them through the rest of the suite."""
+    yield
+    if os.path.basename(str(request.module.__file__)) in _HEAVY:
+        jax.clear_caches()
+        gc.collect()
