@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._checks import check_model
+from ._checks import check_model, n_outputs
 from ._measurements import MeasurementError
 from ._model import AbstractModel
 from ._parameters import Parameters
@@ -205,7 +205,7 @@ class Problem(eqx.Module):
         )
         self.scales = scale
         self.model = model
-        n_out = _n_model_outputs(model)
+        n_out = n_outputs(model)
         m = n_out // 2 if np.any(noise_outputs) else n_out
         self.noise_outputs = tuple(np.broadcast_to(np.asarray(noise_outputs, bool), (m,)).tolist())
         self.noise_parameters = tuple(noise_parameters)
@@ -301,12 +301,6 @@ def _default_parameters(model, experiments) -> Parameters:
         np.asarray(p.lower)[idx],
         np.asarray(p.upper)[idx],
     )
-
-
-def _n_model_outputs(model) -> int:
-    from ._checks import n_outputs
-
-    return n_outputs(model)
 
 
 def _mapping(model, params: Parameters, experiments, field: str):

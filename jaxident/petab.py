@@ -13,7 +13,8 @@ compartment sizes (numbers or parameter ids); pre-equilibration to a steady stat
 parameters that only enter the noise model (`sd_*`, `sigma`) are held at their nominal
 values and listed as `problem.noise_parameters`; the others are the problem's
 parameters, on their PEtab scale. Species overrides in conditions, steady-state
-measurements (time `inf`), priors and several models raise a `ValueError`.
+measurements (time `inf`) and several models raise a `ValueError`; priors are ignored
+(they do not change a local identifiability analysis).
 """
 
 import os
@@ -73,6 +74,7 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
     """
     from ._problem import Experiment, Problem
     from ._sbml import sbml_model
+    from ._symbolic import symbols_of
 
     petab, _ = _petab()
     yaml_path = os.fspath(yaml_path)
@@ -96,9 +98,6 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
     meas_df = table(spec["measurement_files"], petab.get_measurement_df)
     obs_df = table(spec["observable_files"], petab.get_observable_df).reset_index()
     sbml_path = os.path.join(base, spec["sbml_files"][0])
-    for col in ("objectivePriorType", "initializationPriorType"):
-        if col in par_df and par_df[col].notna().any():
-            pass  # priors do not change identifiability analysis; they are ignored
     if np.isinf(meas_df["time"].astype(float)).any():
         raise ValueError(f"{yaml_path}: steady-state measurements (time inf) are not supported.")
 
@@ -159,9 +158,9 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
 
     # extra parameters: placeholders and PEtab parameters the SBML file lacks
     extra = {ph: 1.0 for ph in placeholders}
-    used = set().union(*(e.free_symbols for e in [*observables.values(), *noise.values()]))
+    used = set().union(*(symbols_of(e) for e in [*observables.values(), *noise.values()]))
     for p in par_df.index:
-        if p not in sbml_ids and p not in extra and (p in estimated or sp_name(p) in used):
+        if p not in sbml_ids and p not in extra and (p in estimated or p in used):
             extra[p] = nominal_of[p]
     # a noise formula in numbers and fixed parameters only is evaluated per datum here;
     # one that depends on the state or on estimated parameters becomes a model output
@@ -288,12 +287,6 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
         noise_parameters=noise_only,
         name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
     )
-
-
-def sp_name(p):
-    import sympy as sp
-
-    return sp.Symbol(p)
 
 
 def _bad(what):
