@@ -111,7 +111,12 @@ from ._sensitivity import (
 )
 from ._simulate import simulate as simulate, Trajectory as Trajectory
 from ._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
-from ._sweep import latin_hypercube as latin_hypercube, sweep as sweep, SweepResult as SweepResult
+from ._sweep import (
+    latin_hypercube as latin_hypercube,
+    load_sweep as load_sweep,
+    sweep as sweep,
+    SweepResult as SweepResult,
+)
 from ._transforms import (
     AbstractTransformedModel as AbstractTransformedModel,
     change_units as change_units,

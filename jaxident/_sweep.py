@@ -5,18 +5,19 @@ import hashlib
 import importlib.metadata
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._context import no_throw
 from ._parameters import Parameters
-from ._sweep_files import arrays_hash, LazyFingerprint, ResultFiles
+from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
 
 
 def _as_bounds(bounds) -> tuple[Array, Array]:
@@ -100,6 +101,11 @@ class SweepResult(eqx.Module):
     - `samples`: the inputs.
     - `compile_seconds`, `run_seconds`: the one-off compilation (0 when a previous sweep
       of the same function and input shapes was reused) and the evaluation time.
+    - `devices`: the devices that held the chunks' outputs, read from the outputs'
+      sharding.
+    - `computed`: boolean `(n,)`, `True` for the samples this process evaluated (or found
+      finished in `out_dir`). All `True` except in a multi-process sweep, where each
+      process takes its share of the chunks; `ji.load_sweep(out_dir)` joins the shares.
     """
 
     values: Any
@@ -107,29 +113,39 @@ class SweepResult(eqx.Module):
     samples: Any
     compile_seconds: float
     run_seconds: float
+    devices: tuple[str, ...] = ()
+    computed: np.ndarray | None = None
+
+    @property
+    def _mine(self) -> np.ndarray:
+        return np.ones_like(self.ok) if self.computed is None else self.computed
 
     @property
     def n_failed(self) -> int:
-        return int((~self.ok).sum())
+        return int((~self.ok & self._mine).sum())
 
     @property
     def failed(self) -> np.ndarray:
-        """Indices of the failed samples."""
-        return np.flatnonzero(~self.ok)
+        """Indices of the failed samples (of those this process computed)."""
+        return np.flatnonzero(~self.ok & self._mine)
 
     def to_dict(self) -> dict:
         return {
             "n": int(self.ok.shape[0]),
             "failed": self.failed.tolist(),
+            "computed": int(self._mine.sum()),
             "compile_seconds": self.compile_seconds,
             "run_seconds": self.run_seconds,
+            "devices": list(self.devices),
         }
 
     def __repr__(self) -> str:
         n = self.ok.shape[0]
+        part = "" if self._mine.all() else f", computed={int(self._mine.sum())}"
         return (
-            f"SweepResult(n={n}, failed={self.n_failed}, compile={self.compile_seconds:.2f}s, "
-            f"run={self.run_seconds:.2f}s)"
+            f"SweepResult(n={n}{part}, failed={self.n_failed}, "
+            f"compile={self.compile_seconds:.2f}s, run={self.run_seconds:.2f}s, "
+            f"devices={len(self.devices)})"
         )
 
 
@@ -162,11 +178,12 @@ def _signature(x) -> tuple:
     )
 
 
-def _compiled_for(fn, okfn, first):
+def _compiled_for(fn, okfn, first, mesh):
     """`((compiled, output shapes, program fingerprint), compile seconds, arrays)`: the
-    compiled chunk function is called as `compiled(arrays, chunk)`."""
+    compiled chunk function is called as `compiled(arrays, chunk)`, with the chunk's
+    sample axis split over `mesh` and the function's arrays replicated."""
     arrays, static = eqx.partition((fn, okfn), eqx.is_array)
-    key = (static, _signature(arrays), _signature(first))
+    key = (static, _signature(arrays), _signature(first), mesh)
     try:
         hash(key)
     except TypeError:  # a static part that cannot be hashed: compile every time
@@ -184,9 +201,11 @@ def _compiled_for(fn, okfn, first):
 
         return jax.vmap(one)(batch)
 
+    split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
     with no_throw():
-        lowered = jax.jit(chunk).lower(arrays, first)
+        jitted = jax.jit(chunk, in_shardings=(replicated, split), out_shardings=split)
+        lowered = jitted.lower(arrays, first)
         compiled = lowered.compile()
     entry = (compiled, lowered.out_info, LazyFingerprint(lowered))
     if key is not None:
@@ -194,6 +213,35 @@ def _compiled_for(fn, okfn, first):
         while len(_COMPILED) > _MAX_COMPILED:
             _COMPILED.popitem(last=False)
     return entry, time.perf_counter() - t0, arrays
+
+
+def _shardings(mesh: Mesh) -> tuple[NamedSharding, NamedSharding]:
+    """The sample axis split over every axis of `mesh`, and full replication."""
+    return NamedSharding(mesh, P(mesh.axis_names)), NamedSharding(mesh, P())
+
+
+def _sweep_mesh(devices, mesh) -> Mesh:
+    if mesh is not None:
+        if devices is not None:
+            raise ValueError("Give devices= or mesh=, not both.")
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+        if not set(mesh.devices.flat) <= set(jax.local_devices()):
+            raise ValueError(
+                "mesh holds devices of other processes; a sweep's mesh is made of this "
+                "process's devices (jax.local_devices()), and processes share out the chunks."
+            )
+        return mesh
+    if devices is None:
+        devices = jax.local_devices()
+    devices = list(devices)
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+        raise ValueError(f"devices must be a non-empty list of jax devices, got {devices!r}.")
+    if len(set(devices)) != len(devices):
+        raise ValueError("devices lists a device twice.")
+    if not set(devices) <= set(jax.local_devices()):
+        raise ValueError("devices must be this process's own (from jax.local_devices()).")
+    return Mesh(np.array(devices), ("samples",))
 
 
 def _progress_bar(total: int, enabled: bool, desc: str):
@@ -213,9 +261,13 @@ def sweep(
     ok: Callable | None = None,
     out_dir: str | pathlib.Path | None = None,
     desc: str = "sweep",
+    devices: Sequence[jax.Device] | None = None,
+    mesh: Mesh | None = None,
 ) -> SweepResult:
     """Evaluate `fn` on every sample, in chunks of `batch_size` under one compiled
-    `jax.vmap`, with a progress bar and per-sample failure flags.
+    `jax.vmap`, with a progress bar and per-sample failure flags. Each chunk is split
+    over all local devices (a `jax.sharding.Mesh` with the sample axis sharded), and
+    under `jax.distributed` every process takes its share of the chunks.
 
     Run-time failures inside `fn` do not stop the sweep: jaxident's entry points are
     traced with `throw=False`, so a failed ODE solve or selection gives NaN values and
@@ -227,8 +279,8 @@ def sweep(
     - `fn`: a function of one sample (e.g. a parameter vector) returning a PyTree of
       arrays or jaxident results.
     - `samples`: an array (or PyTree of arrays) with a leading sample axis.
-    - `batch_size`: samples per chunk (the last chunk is padded, so there is a single
-      compilation).
+    - `batch_size`: samples per chunk, rounded up to a multiple of the number of devices
+      (the last chunk is padded, so there is a single compilation).
     - `progress`: show a progress bar (tqdm).
     - `ok`: `ok(output) -> bool` per sample; default: the output's `ok` field if it has
       one, else "all floating values finite".
@@ -237,7 +289,20 @@ def sweep(
       resumes without recomputing them. The state file (written atomically) holds a
       fingerprint of the sweep (samples, compiled program, output shapes and dtypes,
       versions) and a checksum per chunk: a directory of a different sweep raises, and a
-      damaged file or chunk is recomputed, never returned.
+      damaged file or chunk is recomputed, never returned. A resumed sweep needs the same
+      devices. Under `jax.distributed`, process `i` of `m` writes its chunks to
+      `out_dir/part-i-of-m`; `ji.load_sweep(out_dir)` joins the parts.
+    - `devices`: the devices to split each chunk over (default: `jax.local_devices()`).
+    - `mesh`: or a `jax.sharding.Mesh` of local devices; the sample axis is split over
+      all its axes.
+
+    Results do not depend on the devices, up to rounding: each sample is computed by the
+    same program, whichever device holds it.
+
+    **Multi-process:** run the same script on every host after
+    `jax.distributed.initialize(...)`. Process `i` of `m` evaluates chunks `i, i + m,
+    ...` on its own devices, with no communication; its result has `computed` set for
+    those rows only (the other rows hold NaN and `ok=False`).
 
     **Returns:** a `SweepResult`.
 
@@ -272,8 +337,12 @@ def sweep(
         raise ValueError("samples has no samples.")
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    batch_size = int(min(batch_size, n))
+    mesh = _sweep_mesh(devices, mesh)
+    n_dev = mesh.size
+    batch_size = -(-int(min(batch_size, n)) // n_dev) * n_dev
     okfn = _default_ok if ok is None else ok
+    n_proc, me = jax.process_count(), jax.process_index()
+    starts = list(range(0, n, batch_size))[me::n_proc]
 
     def chunk(start):
         stop = min(start + batch_size, n)
@@ -288,8 +357,9 @@ def sweep(
 
     first, _ = chunk(0)
     (compiled, (val_shapes, ok_shape), program), compile_seconds, arrays = _compiled_for(
-        fn, okfn, first
+        fn, okfn, first, mesh
     )
+    split, _ = _shardings(mesh)
     if ok_shape.shape != (batch_size,) or ok_shape.dtype != jnp.bool_:
         raise ValueError(
             "ok(output) must return one boolean per sample (a scalar bool); got "
@@ -312,24 +382,30 @@ def sweep(
             "jaxident": importlib.metadata.version("jaxident"),
             "jax": jax.__version__,
         }
+        if n_proc > 1:
+            out_dir = pathlib.Path(out_dir) / f"part-{me}-of-{n_proc}"
         files = ResultFiles(out_dir, n, fingerprint, v_leaves)
         *host, ok_host = files.arrays
         done = files.done
     else:
-        host = [np.empty((n, *s.shape[1:]), dtype=s.dtype) for s in v_leaves]
-        ok_host = np.empty((n,), dtype=bool)
+        host = [unset((n, *s.shape[1:]), s.dtype) for s in v_leaves]
+        ok_host = np.zeros((n,), dtype=bool)
+    computed = np.zeros((n,), dtype=bool)
 
-    bar = _progress_bar(n, progress, desc)
+    bar = _progress_bar(sum(min(batch_size, n - s) for s in starts), progress, desc)
     failed = 0
+    placed: set = set()
     t0 = time.perf_counter()
     try:
-        for start in range(0, n, batch_size):
+        for start in starts:
+            computed[start : start + batch_size] = True
             if start in done:
                 if bar is not None:
                     bar.update(min(batch_size, n - start))
                 continue
             c, m = chunk(start)
-            vals, oks = compiled(arrays, c)
+            vals, oks = compiled(arrays, jax.device_put(c, split))
+            placed |= jax.tree.leaves(vals)[0].sharding.device_set
             oks = np.asarray(oks)[:m]
             for h, v in zip(host, jax.tree.leaves(vals)):
                 h[start : start + m] = np.asarray(v)[:m]
@@ -352,4 +428,34 @@ def sweep(
         samples=samples,
         compile_seconds=compile_seconds,
         run_seconds=run_seconds,
+        devices=tuple(str(d) for d in sorted(placed, key=lambda d: d.id)),
+        computed=computed,
+    )
+
+
+def load_sweep(out_dir: str | pathlib.Path, like: Any = None) -> SweepResult:
+    """The results a sweep wrote to `out_dir`, joined over the `part-i-of-m` directories
+    of a multi-process sweep (each process writes its own chunks there).
+
+    **Arguments:**
+
+    - `out_dir`: the directory given to `ji.sweep`.
+    - `like`: an output of the same structure (e.g. one process's `SweepResult.values`),
+      to rebuild the PyTree; default: the list of leaves.
+
+    **Returns:** a `SweepResult` with `computed` marking the rows found (finished chunks
+    of any part; others hold NaN and `ok=False`), `samples=None` and zero timings.
+
+    **Raises:** `ValueError` for a directory without results, parts of different sweeps,
+    or a chunk that does not match its checksum.
+    """
+    leaves, ok, computed = read_parts(out_dir)
+    values = leaves if like is None else jax.tree.unflatten(jax.tree.structure(like), leaves)
+    return SweepResult(
+        values=values,
+        ok=ok,
+        samples=None,
+        compile_seconds=0.0,
+        run_seconds=0.0,
+        computed=computed,
     )

@@ -34,6 +34,19 @@ def arrays_hash(leaves) -> str:
     return h.hexdigest()
 
 
+def _file_name(i: int, count: int) -> str:
+    """The file of leaf `i` of `count` (the last is the ok flags)."""
+    return "ok.npy" if i == count - 1 else f"leaf{i}.npy"
+
+
+def unset(shape, dtype) -> np.ndarray:
+    """Rows not computed: NaN where the dtype has it, else zeros."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.inexact):
+        return np.full(shape, np.nan, dtype)
+    return np.zeros(shape, dtype)
+
+
 def _chunk_checksum(arrays, start: int, stop: int) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -120,7 +133,7 @@ class ResultFiles:
         return chunks
 
     def _path(self, i):
-        return self.dir / ("ok.npy" if i == len(self.specs) - 1 else f"leaf{i}.npy")
+        return self.dir / _file_name(i, len(self.specs))
 
     def _open(self):
         arrays = []
@@ -138,10 +151,13 @@ class ResultFiles:
                     stacklevel=5,
                 )
                 self.done, arrays = {}, []
-        return [
-            np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
-            for i, (shape, dtype) in enumerate(self.specs)
-        ]
+        arrays = []
+        for i, (shape, dtype) in enumerate(self.specs):
+            a = np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
+            if np.issubdtype(dtype, np.inexact):
+                a[...] = np.nan  # rows not (yet) computed read as NaN, never as zeros
+            arrays.append(a)
+        return arrays
 
     def finish_chunk(self, start, stop):
         for a in self.arrays:
@@ -152,3 +168,45 @@ class ResultFiles:
             "chunks": {str(k): list(v) for k, v in sorted(self.done.items())},
         }
         _write_atomic(self.state_file, json.dumps(state))
+
+
+def read_parts(out_dir) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The finished rows of a sweep directory, or of the `part-i-of-m` directories of a
+    multi-process sweep: `(leaves, ok, computed)`. Parts of different sweeps, or a chunk
+    whose checksum does not match, raise."""
+    root = pathlib.Path(out_dir)
+    parts = sorted(root.glob("part-*-of-*")) or [root]
+    states = []
+    for part in parts:
+        path = part / ResultFiles.STATE
+        if not path.exists():
+            raise ValueError(f"{part} holds no sweep results ({ResultFiles.STATE} is missing).")
+        try:
+            state = json.loads(path.read_text())
+            states.append((part, state["fingerprint"], state["chunks"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} is damaged ({type(e).__name__}: {e}).") from None
+    first = states[0][1]
+    for part, fingerprint, _ in states[1:]:
+        if fingerprint != first:
+            raise ValueError(f"{part} holds the results of a different sweep than {parts[0]}.")
+    n = int(first["n"])
+    specs = [((n, *shape), np.dtype(dtype)) for shape, dtype in first["outputs"]]
+    specs.append(((n,), np.dtype(bool)))
+    out = [unset(shape, dtype) for shape, dtype in specs]
+    computed = np.zeros((n,), bool)
+    for part, _, chunks in states:
+        if not chunks:
+            continue
+        arrays = [
+            np.load(part / _file_name(i, len(specs)), mmap_mode="r") for i in range(len(specs))
+        ]
+        for start, (stop, digest) in chunks.items():
+            start, stop = int(start), int(stop)
+            if _chunk_checksum(arrays, start, stop) != digest:
+                raise ValueError(f"Rows {start}:{stop} in {part} do not match their checksum.")
+            for o, a in zip(out, arrays):
+                o[start:stop] = a[start:stop]
+            computed[start:stop] = True
+    *leaves, ok = out
+    return leaves, ok, computed

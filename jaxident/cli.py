@@ -242,7 +242,8 @@ def cmd_analyze(args) -> int:
         print()
         print(
             f"Over {args.samples} Latin-hypercube samples of the parameter box "
-            f"({res.n_failed} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s):"
+            f"({res.n_failed} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s "
+            f"on {len(res.devices)} device(s)):"
         )
         w = max(len(n) for n in model.parameters.names)
         lo, up = np.asarray(model.parameters.lower), np.asarray(model.parameters.upper)

@@ -73,6 +73,7 @@ def delay_estimability(
     fraction: float = 0.95,
     integrator: Integrator | None = None,
     batch_size: int = 256,
+    devices=None,
     progress: bool = True,
 ) -> DelayEstimability:
     """Dependency, uncertainty and correlation analysis of the delay-coordinate Jacobian
@@ -90,7 +91,7 @@ def delay_estimability(
     - `pivots`: the `D_N` quantities of `V_B1`; default the choice with the best median
       `sigma_min(V_B1)` over the samples among `pivot_candidates` (default all).
     - `zero_tol`, `fraction`: see `DelayEstimability`.
-    - `batch_size`, `progress`: as for `ji.sweep` (one compiled vmap over
+    - `batch_size`, `progress`, `devices`: as for `ji.sweep` (one compiled vmap over
       `(tau, state)` pairs, chunked).
 
     **Returns:** a `DelayEstimability`.
@@ -125,7 +126,14 @@ def delay_estimability(
     n_tau, n_states = taus.shape[0], states.shape[0]
     tt = np.repeat(taus, n_states)
     xx = np.tile(states, (n_tau, 1))
-    res = sweep(one, (tt, xx), batch_size=batch_size, progress=progress, desc="delay Jacobians")
+    res = sweep(
+        one,
+        (tt, xx),
+        batch_size=batch_size,
+        progress=progress,
+        desc="delay Jacobians",
+        devices=devices,
+    )
     s = np.asarray(res.values.s).reshape(n_tau, n_states, -1)
     V = np.asarray(res.values.V).reshape(n_tau, n_states, len(names), len(names))
     ok = np.asarray(res.ok).reshape(n_tau, n_states)

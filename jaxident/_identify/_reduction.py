@@ -138,6 +138,7 @@ def reduce_parameters(
     confirmed: bool = False,
     method: LSERC = LSERC(),
     batch_size: int = 32,
+    devices=None,
     progress: bool = True,
     times: ArrayLike | Sequence | None = None,
     integrator: Integrator | None = None,
@@ -161,7 +162,8 @@ def reduce_parameters(
       the sample, as in the paper).
     - `method`: the L-SERC settings, a `ji.LSERC` (defaults as in the paper: directions
       `+-e_i`, `epsilon_twin = epsilon_sing = 0.01`, `q = 1`).
-    - `batch_size`, `progress`: for the sweep.
+    - `batch_size`, `progress`, `devices`: for the sweep (`ji.sweep`; default: all
+      local devices).
 
     **Returns:** a `Reduction`, with `reduced_model`.
 
@@ -197,6 +199,7 @@ def reduce_parameters(
         progress=progress,
         ok=_solved,
         desc=f"L-SERC at {samples.shape[0]} samples",
+        devices=devices,
     )
     mask = np.asarray(res.values[0], bool)
     ok = np.asarray(res.ok, bool)
