@@ -102,6 +102,7 @@ from ._rom import (
     rom_similarity as rom_similarity,
     Similarity as Similarity,
 )
+from ._rosenbrock import Rodas4 as Rodas4
 from ._sensitivity import (
     ld_sensitivity as ld_sensitivity,
     LSensitivity as LSensitivity,

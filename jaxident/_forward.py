@@ -41,6 +41,7 @@ from ._model import (
     SensitivityEquations,
 )
 from ._nonsmooth import ld_jvp, record_switches
+from ._rosenbrock import Rodas4
 from ._simulate import _switching_times as switching_times, solve, Solved
 
 
@@ -110,7 +111,10 @@ class _StaggeredChord(optx.AbstractRootFinder):
 
 
 def _staggered(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
-    """`solver` with its stage equations solved by the staggered chord iteration."""
+    """`solver` with its stage equations solved by the staggered chord iteration, or a
+    Rosenbrock method told that the state is `(z, Z)`."""
+    if isinstance(solver, Rodas4):
+        return Rodas4(augmented=True)
     if getattr(solver, "root_finder", None) is None:
         return solver
     finder = diffrax.with_stepsize_controller_tols(_StaggeredChord)()
@@ -170,11 +174,11 @@ def _controller(model, integrator, th, f, z0, theta, times):
     times, so that no output is interpolated across a kink."""
     jumps = switching_times(model, th)
     if isinstance(model, DAEModel):
-        return integrator.controller(jumps)  # kinks inside the Newton solve: not located
+        return integrator.controller(jumps, times=times)  # kinks in the Newton solve: not located
     with record_switches() as found:
         f(jnp.asarray(model.t0, z0.dtype), z0, theta)
     if not found:
-        return integrator.controller(jumps)
+        return integrator.controller(jumps, times=times)
     inner = integrator.controller(jumps, times)
     if not isinstance(inner, diffrax.AbstractAdaptiveStepSizeController):
         return inner

@@ -77,7 +77,13 @@ class Integrator(eqx.Module):
         if self.algebraic_max_steps < 1:
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
 
-    def controller(self, jump_ts=None, step_ts=None) -> diffrax.AbstractStepSizeController:
+    def controller(
+        self, jump_ts=None, step_ts=None, times=None
+    ) -> diffrax.AbstractStepSizeController:
+        """The step-size controller; `times` (the observation times) become step ends
+        for a solver whose dense output is less accurate than its steps (`ji.Rodas4`)."""
+        if times is not None and getattr(self.solver, "steps_onto_outputs", False):
+            step_ts = times if step_ts is None else jnp.concatenate([step_ts, times])
         return NonfiniteGuard(
             diffrax.PIDController(rtol=self.rtol, atol=self.atol, jump_ts=jump_ts, step_ts=step_ts)
         )

@@ -13,7 +13,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-import diffrax
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +21,7 @@ from jaxtyping import Array, Float
 
 from ._model import Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
+from ._rosenbrock import Rodas4
 from ._symbolic import dependency_order, evaluate, from_mathml, symbols_of, TIME
 
 
@@ -108,8 +108,9 @@ class SBMLModel(ODEModel):
     in dependency order), `observables` and `observable_ids` (the outputs; default:
     every state).
 
-    An imported model integrates with a stiff solver by default
-    (`diffrax.Kvaerno5()`, rtol 1e-8, atol 1e-10): biochemical networks usually are.
+    An imported model integrates with a stiff solver by default (`ji.Rodas4()`, a
+    Rosenbrock method, rtol 1e-8, atol 1e-10): biochemical networks usually are stiff,
+    and small.
     """
 
     parameters: Parameters
@@ -124,7 +125,7 @@ class SBMLModel(ODEModel):
     name: str = eqx.field(static=True, default="sbml")
     source: str | None = eqx.field(static=True, default=None)
 
-    integrator: ClassVar[Integrator] = Integrator(diffrax.Kvaerno5(), rtol=1e-8, atol=1e-10)
+    integrator: ClassVar[Integrator] = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 
     @property
     def state_names(self) -> tuple[str, ...]:

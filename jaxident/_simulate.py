@@ -177,7 +177,7 @@ def solve(
         y0=y0,
         args=th,
         saveat=diffrax.SaveAt(ts=times),
-        stepsize_controller=integrator.controller(_switching_times(model, th)),
+        stepsize_controller=integrator.controller(_switching_times(model, th), times=times),
         adjoint=adjoint,
         max_steps=integrator.max_steps,
         throw=False,

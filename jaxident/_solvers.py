@@ -110,7 +110,11 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         J = jnp.where(J_ok, J, 0.0)
         r = state.residual
         scale2 = jnp.maximum(state.scale2, jnp.sum(J**2, axis=0))
-        D = jnp.where(scale2 > 0, jnp.sqrt(scale2), 1.0)
+        # A column that is zero up to rounding (a parameter the data cannot see, here)
+        # is scaled as one 1e8 times smaller than the largest, not by its own ~1e-16
+        # norm: that would leave its direction undamped, and the step along it huge.
+        floor = 1e-16 * jnp.max(scale2)
+        D = jnp.where(scale2 > 0, jnp.sqrt(jnp.maximum(scale2, floor)), 1.0)
         tiny = jnp.finfo(r.dtype).tiny
         mu = jnp.where(state.mu < 0, 1e-3 * jnp.maximum(jnp.max(scale2), tiny), state.mu)
         # min ||J s + r||^2 + mu ||D s||^2 by QR of the stacked system (full column rank

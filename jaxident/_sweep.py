@@ -385,7 +385,6 @@ def sweep(
         if n_proc > 1:
             out_dir = pathlib.Path(out_dir) / f"part-{me}-of-{n_proc}"
         files = ResultFiles(out_dir, n, fingerprint, v_leaves)
-        *host, ok_host = files.arrays
         done = files.done
     else:
         host = [unset((n, *s.shape[1:]), s.dtype) for s in v_leaves]
@@ -407,12 +406,14 @@ def sweep(
             vals, oks = compiled(arrays, jax.device_put(c, split))
             placed |= jax.tree.leaves(vals)[0].sharding.device_set
             oks = np.asarray(oks)[:m]
-            for h, v in zip(host, jax.tree.leaves(vals)):
-                h[start : start + m] = np.asarray(v)[:m]
-            ok_host[start : start + m] = oks
+            rows = [np.asarray(v)[:m] for v in jax.tree.leaves(vals)]
             failed += int((~oks).sum())
             if files is not None:
-                files.finish_chunk(start, start + m)
+                files.write_chunk(start, start + m, [*rows, oks])
+            else:
+                for h, v in zip(host, rows):
+                    h[start : start + m] = v
+                ok_host[start : start + m] = oks
             if bar is not None:
                 bar.update(m)
                 if failed:
@@ -421,6 +422,8 @@ def sweep(
         if bar is not None:
             bar.close()
     run_seconds = time.perf_counter() - t0
+    if files is not None:
+        *host, ok_host = files.results()
     values = jax.tree.unflatten(v_treedef, host)
     return SweepResult(
         values=values,

@@ -92,11 +92,11 @@ class ResultFiles:
         self.specs = [((n, *s.shape[1:]), np.dtype(s.dtype)) for s in v_leaves]
         self.specs.append(((n,), np.dtype(bool)))
         self.done = self._read_state()
-        self.arrays = self._open()
+        self._create()
         bad = [
             start
             for start, (stop, digest) in sorted(self.done.items())
-            if _chunk_checksum(self.arrays, start, stop) != digest
+            if _chunk_checksum(self._maps("r"), start, stop) != digest
         ]
         if bad:
             warnings.warn(
@@ -135,39 +135,59 @@ class ResultFiles:
     def _path(self, i):
         return self.dir / _file_name(i, len(self.specs))
 
-    def _open(self):
-        arrays = []
+    def _maps(self, mode: str) -> list[np.ndarray]:
+        return [np.lib.format.open_memmap(self._path(i), mode=mode) for i in range(len(self.specs))]
+
+    def _create(self) -> None:
+        """Check the files of a resumed sweep, or create them. No file stays mapped while
+        the sweep runs (each chunk maps, writes and unmaps), so the process's resident
+        memory does not grow with the number of samples."""
         if self.done:
             try:
                 for i, (shape, dtype) in enumerate(self.specs):
-                    a = np.lib.format.open_memmap(self._path(i), mode="r+")
+                    a = np.lib.format.open_memmap(self._path(i), mode="r")
                     if a.shape != shape or a.dtype != dtype:
                         raise ValueError(f"{self._path(i).name} has {a.dtype}{a.shape}")
-                    arrays.append(a)
-                return arrays
+                return
             except (OSError, ValueError) as e:
                 warnings.warn(
                     f"Damaged result file in {self.dir} ({e}); recomputing the whole sweep.",
                     stacklevel=5,
                 )
-                self.done, arrays = {}, []
-        arrays = []
+                self.done = {}
         for i, (shape, dtype) in enumerate(self.specs):
             a = np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
             if np.issubdtype(dtype, np.inexact):
-                a[...] = np.nan  # rows not (yet) computed read as NaN, never as zeros
-            arrays.append(a)
-        return arrays
+                # rows not (yet) computed read as NaN, never as zeros; in blocks, each
+                # unmapped once written
+                block = max(1, (1 << 24) // max(1, a[:1].nbytes))
+                del a
+                for start in range(0, shape[0], block):
+                    a = np.lib.format.open_memmap(self._path(i), mode="r+")
+                    a[start : start + block] = np.nan
+                    a.flush()
+                    del a
+            else:
+                del a
 
-    def finish_chunk(self, start, stop):
-        for a in self.arrays:
+    def write_chunk(self, start: int, stop: int, leaves: list[np.ndarray]) -> None:
+        """Write rows `start:stop` of every leaf (the ok flags last), then record the
+        chunk as finished, with its checksum, in the state file."""
+        maps = self._maps("r+")
+        for a, v in zip(maps, leaves):
+            a[start:stop] = v
             a.flush()
-        self.done[start] = (stop, _chunk_checksum(self.arrays, start, stop))
+        self.done[start] = (stop, _chunk_checksum(maps, start, stop))
+        del maps
         state = {
             "fingerprint": self.fingerprint,
             "chunks": {str(k): list(v) for k, v in sorted(self.done.items())},
         }
         _write_atomic(self.state_file, json.dumps(state))
+
+    def results(self) -> list[np.ndarray]:
+        """The result files, mapped read-only."""
+        return self._maps("r")
 
 
 def read_parts(out_dir) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:

@@ -242,7 +242,8 @@ def test_no_retrace_on_new_parameters():
     f(jnp.array([0.6]))
 
 
-def test_stiff_solver_against_complex_step_radau():
+@pytest.mark.parametrize("solver", ["kvaerno5", "rodas4"])
+def test_stiff_solver_against_complex_step_radau(solver):
     import diffrax
     from models_for_tests import Robertson
     from scipy.integrate import solve_ivp
@@ -274,6 +275,11 @@ def test_stiff_solver_against_complex_step_radau():
         )
         cols.append(np.stack([sol.y[0], sol.y[2]], axis=1).imag.reshape(-1) / (1e-30 * theta[j]))
     ref = np.stack(cols, axis=1)
-    integ = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-10, atol=1e-14)
+    stepper = diffrax.Kvaerno5() if solver == "kvaerno5" else ji.Rodas4()
+    integ = ji.Integrator(stepper, rtol=1e-10, atol=1e-14)
     S = np.asarray(ji.sensitivity_matrix(model, integrator=integ))
     np.testing.assert_allclose(S, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # the same under vmap (and jit): the nominal row of a batch
+    batch = jnp.stack([jnp.asarray(theta), 1.1 * jnp.asarray(theta)])
+    Sb = jax.jit(jax.vmap(lambda th: ji.sensitivity_matrix(model, th, integrator=integ)))(batch)
+    np.testing.assert_allclose(np.asarray(Sb[0]), S, rtol=1e-9, atol=1e-12 * np.abs(S).max())

@@ -98,6 +98,25 @@ def test_levenberg_marquardt_rejects_nan_trial_points():
     assert bad.result == optx.RESULTS.nonlinear_divergence
 
 
+def test_levenberg_marquardt_with_an_invisible_parameter():
+    """A fifth parameter the data see only at rounding level (column norm ~1e-16, a
+    sloppy parameter at a profile's end) and outside of which the model cannot be solved:
+    its direction is damped like the others, the fit converges to SciPy's minimum of the
+    other four instead of stepping 1e11 along it and stopping at the start."""
+
+    def fn(y, data):
+        r = _residual(y[:4], data) + 1e-17 * y[4] * T
+        return jnp.where(jnp.abs(y[4]) > 10.0, jnp.nan, r)
+
+    y0 = jnp.array([1.0, 1.0, 0.0, 0.0, 0.0])
+    sol = optx.least_squares(
+        fn, ji.LevenbergMarquardt(rtol=1e-12), y0, args=DATA, max_steps=200, throw=False
+    )
+    assert sol.result == optx.RESULTS.successful
+    assert abs(float(sol.value[4])) <= 10.0
+    _close(sol.value[:4], _scipy(np.asarray(y0[:4]), DATA), DATA)
+
+
 def test_levenberg_marquardt_validates():
     with pytest.raises(ValueError, match="rtol"):
         ji.LevenbergMarquardt(rtol=-1.0)

@@ -1,0 +1,145 @@
+"""ji.Rodas4 against closed forms and SciPy: its order, its stiff stability, and the
+accuracy of its solutions at the tolerance asked for."""
+
+import functools
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import jaxident as ji
+
+
+LAM = -50.0
+
+
+def _prothero_robinson(t, y, args):
+    """y' = lam (y - cos t) - sin t: y = cos t + (y0 - 1) e^(lam t). Non-autonomous, so
+    the time-derivative term of the method is exercised."""
+    lam = args
+    return lam * (y - jnp.cos(t)) - jnp.sin(t)
+
+
+def _exact(t, y0, lam):
+    return np.cos(t) + (y0 - 1.0) * np.exp(lam * t)
+
+
+@jax.jit
+def _fixed_steps(n):
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_prothero_robinson),
+        ji.Rodas4(),
+        0.0,
+        1.0,
+        1.0 / n,
+        jnp.array([2.0]),
+        args=-1.0,
+        max_steps=1000,
+    )
+    return sol.ys[-1, 0]
+
+
+def test_order_four_on_a_closed_form():
+    errs = np.array([abs(float(_fixed_steps(n)) - _exact(1.0, 2.0, -1.0)) for n in (4, 8, 16, 32)])
+    orders = np.log2(errs[:-1] / errs[1:])
+    assert np.all(orders > 3.7) and np.all(orders < 4.5), orders
+
+
+def test_stiff_decay_in_one_step():
+    """L-stability: one step of h = 1 with lam h = -1e6 damps the unit transient to the
+    slow solution (an A- but not L-stable method would keep it at magnitude ~1)."""
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_prothero_robinson),
+        ji.Rodas4(),
+        0.0,
+        1.0,
+        1.0,
+        jnp.array([2.0]),
+        args=-1e6,
+        max_steps=2,
+    )
+    assert abs(float(sol.ys[-1, 0]) - np.cos(1.0)) < 1e-4
+
+
+def _robertson(t, y, k):
+    return jnp.stack(
+        [
+            -k[0] * y[0] + k[2] * y[1] * y[2],
+            k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
+            k[1] * y[1] ** 2,
+        ]
+    )
+
+
+@functools.cache
+def _robertson_reference(ts: tuple) -> np.ndarray:
+    k1, k2, k3 = 0.04, 3e7, 1e4
+
+    def rhs(t, y):
+        return [
+            -k1 * y[0] + k3 * y[1] * y[2],
+            k1 * y[0] - k2 * y[1] ** 2 - k3 * y[1] * y[2],
+            k2 * y[1] ** 2,
+        ]
+
+    def jac(t, y):
+        return [
+            [-k1, k3 * y[2], k3 * y[1]],
+            [k1, -2 * k2 * y[1] - k3 * y[2], -k3 * y[1]],
+            [0.0, 2 * k2 * y[1], 0.0],
+        ]
+
+    sol = solve_ivp(
+        rhs,
+        (0, ts[-1]),
+        [1.0, 0.0, 0.0],
+        method="Radau",
+        jac=jac,
+        rtol=1e-13,
+        atol=1e-20,
+        t_eval=ts,
+    )
+    assert sol.success
+    return sol.y.T
+
+
+@pytest.mark.parametrize("rtol", [1e-6, 1e-9])
+def test_adaptive_solution_at_tolerance_vs_radau(rtol):
+    k = jnp.array([0.04, 3e7, 1e4])
+    ts = jnp.array([1e-3, 0.1, 1.0, 10.0, 100.0, 1000.0])
+    ref = _robertson_reference(tuple(np.asarray(ts).tolist()))
+
+    @jax.jit
+    @jax.vmap
+    def run(scale):
+        controller = diffrax.PIDController(rtol=rtol, atol=rtol * 1e-6, step_ts=ts)
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(_robertson),
+            ji.Rodas4(),
+            0.0,
+            1000.0,
+            None,
+            jnp.array([1.0, 0.0, 0.0]),
+            args=k * scale,
+            saveat=diffrax.SaveAt(ts=ts),
+            stepsize_controller=controller,
+            max_steps=100_000,
+        ).ys
+
+    ys = np.asarray(run(jnp.array([1.0, 1.0])))
+    np.testing.assert_array_equal(ys[0], ys[1])
+    err = np.max(np.abs(ys[0] - ref) / np.abs(ref))
+    assert err < 10 * rtol, err
+
+
+def test_observation_times_are_step_ends():
+    """Within jaxident, Rodas4's controller steps onto the observation times, so the
+    outputs are the steps' own values, not its cubic dense output."""
+    integ = ji.Integrator(ji.Rodas4())
+    c = integ.controller(times=jnp.array([0.5, 1.0]))
+    assert np.asarray(c.inner.step_ts).tolist() == [0.5, 1.0]
+    c = ji.Integrator(diffrax.Kvaerno5()).controller(times=jnp.array([0.5, 1.0]))
+    assert getattr(c.inner, "step_ts", None) is None
