@@ -43,6 +43,31 @@ _C[5, :5] = [
 ]
 
 
+# flattened state size (with the tangents) up to which the stages are unrolled
+_UNROLL_SIZE = 512
+
+
+def _combine(base, coeffs, ks, scale=1.0):
+    """`base + scale * sum_j coeffs[j] ks[j]` over the nonzero (static) coefficients."""
+    out = base
+    for c, k in zip(coeffs, ks):
+        if c != 0.0:
+            out = jax.tree.map(lambda o, kk, c=float(c): o + (c * scale) * kk, out, k)
+    return out
+
+
+def _unrolled(f, t0, h, y0, ft, solve):
+    """The six stages written out, with the tableau's zeros skipped: `(y1, error)`."""
+    ks = []
+    for i in range(6):
+        yi = _combine(y0, _A[i, :i], ks)
+        r = _combine(f(t0 + float(_ALPHA[i]) * h, yi), _C[i, :i], ks, 1.0 / h)
+        if _GAMMA_I[i] != 0.0:
+            r = jax.tree.map(lambda a, b, g=float(_GAMMA_I[i]): a + (h * g) * b, r, ft)
+        ks.append(solve(r))
+    return _combine(y0, _M, ks), ks[5]
+
+
 class Rodas4(diffrax.AbstractAdaptiveSolver):
     """RODAS4 (Hairer & Wanner 1996, section IV.7): a 6-stage, order-4 L-stable
     Rosenbrock method with an embedded order-3 error estimate, for stiff models.
@@ -63,18 +88,18 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
     with the number of parameters. The method is exact-Jacobian,
     so it keeps its order for the tangents too, and they are in the error test.
 
-    Within jaxident the steps end on the observation times (the cubic Hermite dense
-    output, from the step's end values and derivatives, is less accurate than the steps;
-    with `diffrax.diffeqsolve` directly, pass `step_ts=` to the controller likewise).
+    Its dense output is linear between step ends: within jaxident the steps end on the
+    observation times, so outputs are the steps' own values (with `diffrax.diffeqsolve`
+    directly, pass the save times as `step_ts=` to the controller likewise).
 
     The right-hand side must be differentiable in the state: use an ESDIRK method for
     nonsmooth models (`nabs`, `nmax`, ...).
     """
 
     term_structure: ClassVar = diffrax.ODETerm
-    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
-    # the cubic Hermite dense output is a lower order than the steps: jaxident's
-    # controllers step onto the observation times instead of interpolating
+    interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
+    # the dense output is linear: jaxident's controllers step onto the observation
+    # times instead of interpolating
     steps_onto_outputs: ClassVar[bool] = True
     # (z, Z): a state and tangent columns whose right-hand side is linear in Z
     augmented: bool = eqx.field(static=True, default=False)
@@ -86,14 +111,13 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
         return 4
 
     def init(self, terms, t0, t1, y0, args):
-        return terms.vf(t0, y0, args)
+        return None
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         f = lambda t, y: terms.vf(t, y, args)
-        f0 = jax.lax.cond(made_jump, lambda: f(t0, y0), lambda: solver_state)
         h = t1 - t0
         zero = h == 0
         h = jnp.where(zero, jnp.ones_like(h), h)
@@ -122,31 +146,32 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
                 return (kz, W_inv @ (r[1] + coupling(kz)))
             return unravel(W_inv @ ravel_pytree(r)[0])
 
-        def combine(base, coeffs, ks, scale=1.0):
-            out = base
-            for c, k in zip(coeffs, ks):
-                if c != 0.0:
-                    out = jax.tree.map(lambda o, kk, c=float(c): o + (c * scale) * kk, out, k)
-            return out
+        # The stages, unrolled for a small system (state and tangents), where XLA fuses
+        # across them: 1.8x faster over 1000 Boehm samples (8 states, 6 directions);
+        # for a large one in a loop over the tableau's rows, so that the right-hand side
+        # with its tangents, the bulk of the program, is compiled once, not six times
+        # (E. coli, 18 states and 121 directions: 19 s to compile instead of 56).
+        A, C = jnp.asarray(_A, dtype), jnp.asarray(_C, dtype)
+        alpha, gamma_i = jnp.asarray(_ALPHA, dtype), jnp.asarray(_GAMMA_I, dtype)
 
-        ks = []
-        for i in range(6):
-            if i == 0:
-                fi = f0
-            else:
-                yi = combine(y0, _A[i, :i], ks)
-                fi = f(t0 + float(_ALPHA[i]) * h, yi)
-            r = combine(fi, _C[i, :i], ks, 1.0 / h)
-            if _GAMMA_I[i] != 0.0:
-                r = jax.tree.map(lambda a, b, g=float(_GAMMA_I[i]): a + (h * g) * b, r, ft)
-            ks.append(solve(r))
-        y1 = combine(y0, _M, ks)
-        y_error = ks[5]
+        def row(coeffs, ks):
+            return jax.tree.map(lambda k: jnp.tensordot(coeffs, k, axes=1), ks)
+
+        def stage(i, ks):
+            yi = jax.tree.map(jnp.add, y0, row(A[i], ks))
+            fi = f(t0 + alpha[i] * h, yi)
+            c = row(C[i], ks)
+            r = jax.tree.map(lambda a, b, d: a + b / h + (h * gamma_i[i]) * d, fi, c, ft)
+            k = solve(r)
+            return jax.tree.map(lambda ka, kk: ka.at[i].set(kk), ks, k)
+
+        ks = jax.tree.map(lambda x: jnp.zeros((6, *x.shape), x.dtype), y0)
+        if u0.size <= _UNROLL_SIZE:
+            y1, y_error = _unrolled(f, t0, h, y0, ft, solve)
+        else:
+            ks = jax.lax.fori_loop(0, 6, stage, ks)
+            y1 = jax.tree.map(jnp.add, y0, row(jnp.asarray(_M, dtype), ks))
+            y_error = jax.tree.map(lambda k: k[5], ks)
         y1 = jax.tree.map(lambda a, b: jnp.where(zero, a, b), y0, y1)
         y_error = jax.tree.map(lambda e: jnp.where(zero, jnp.zeros_like(e), e), y_error)
-        f1 = f(t1, y1)
-        dt = t1 - t0
-        k0 = jax.tree.map(lambda v: dt * v, f0)
-        k1 = jax.tree.map(lambda v: dt * v, f1)
-        dense_info = dict(y0=y0, y1=y1, k0=k0, k1=k1)
-        return y1, y_error, dense_info, f1, diffrax.RESULTS.successful
+        return y1, y_error, dict(y0=y0, y1=y1), None, diffrax.RESULTS.successful

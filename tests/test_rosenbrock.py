@@ -143,3 +143,30 @@ def test_observation_times_are_step_ends():
     assert np.asarray(c.inner.step_ts).tolist() == [0.5, 1.0]
     c = ji.Integrator(diffrax.Kvaerno5()).controller(times=jnp.array([0.5, 1.0]))
     assert getattr(c.inner, "step_ts", None) is None
+
+
+def test_looped_stages_equal_unrolled(monkeypatch):
+    """Large systems loop over the stages (compiled once) instead of unrolling them:
+    the same method, to rounding."""
+    import jaxident._rosenbrock as rosenbrock
+
+    k = jnp.array([0.04, 3e7, 1e4])
+
+    def run():
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(_robertson),
+            ji.Rodas4(),
+            0.0,
+            10.0,
+            None,
+            jnp.array([1.0, 0.0, 0.0]),
+            args=k,
+            stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-14),
+            max_steps=10_000,
+        )
+
+    unrolled = run()
+    monkeypatch.setattr(rosenbrock, "_UNROLL_SIZE", 0)
+    looped = run()
+    assert int(looped.stats["num_steps"]) == int(unrolled.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(looped.ys), np.asarray(unrolled.ys), rtol=1e-12)
