@@ -8,6 +8,9 @@ environment where `pip install amici swig` worked (`--amici-python`); without it
 AMICI rows are left out and say why.
 
     python benchmarks/bench_petab.py --n 1000 --amici-python /tmp/amici-venv/bin/python
+
+The E. coli model (18 states, 121 parameters) is measured too, against SciPy BDF with
+central differences (`--ecoli N_JAX N_SCIPY` samples; `--ecoli 0 0` leaves it out).
 """
 
 import argparse
@@ -90,6 +93,80 @@ print(json.dumps(out))
 """
 
 
+def ecoli(n_jax: int, n_scipy: int) -> dict:
+    """The E. coli model (18 states, 121 parameters, `ji.models.load("ecoli_chassagnole")`):
+    jaxident's sensitivity matrices (`ji.Rodas4`, and the model's own `diffrax.Kvaerno3`)
+    against SciPy's BDF with central finite differences (242 solves per matrix; the
+    right-hand side and its Jacobian jitted, as a SciPy user of a JAX model would), all
+    at rtol 1e-7, atol 1e-10, at samples within 0.1 decades of the nominal values."""
+    from scipy.integrate import solve_ivp
+
+    model = ji.models.load("ecoli_chassagnole")
+    rtol, atol = 1e-7, 1e-10
+    nominal = np.asarray(model.parameters.nominal)
+    rng = np.random.default_rng(1)
+    samples = nominal * 10 ** rng.uniform(-0.1, 0.1, size=(max(n_jax, n_scipy), nominal.size))
+    ts = np.asarray(model.times)
+    out = {"ecoli_n_jax": n_jax, "ecoli_n_scipy": n_scipy}
+    for name, solver in (("rodas4", ji.Rodas4()), ("kvaerno3", model.integrator.solver)):
+        integ = ji.Integrator(solver, rtol=rtol, atol=atol, max_steps=20_000)
+
+        def sens(th, integ=integ):
+            return ji.sensitivity(model, th, integrator=integ).matrix
+
+        t = time.perf_counter()
+        first = ji.sweep(sens, samples[:n_jax], batch_size=n_jax, progress=False)
+        out[f"ecoli_jaxident_{name}_first_s"] = time.perf_counter() - t
+        again = ji.sweep(sens, samples[:n_jax], batch_size=n_jax, progress=False)
+        out[f"ecoli_jaxident_{name}_per_sample_s"] = again.run_seconds / n_jax
+        out[f"ecoli_jaxident_{name}_failed"] = int(again.n_failed)
+        if name == "rodas4":
+            S_jax = np.asarray(first.values)
+
+    view = model.parameters.view
+    rhs = jax.jit(lambda t, x, th: model.vector_field(t, x, view(th)))
+    jac = jax.jit(jax.jacfwd(lambda t, x, th: model.vector_field(t, x, view(th)), argnums=1))
+    out_fn = jax.jit(jax.vmap(lambda t, x, th: model.output(t, x, view(th)), (0, 0, None)))
+    x0_fn = jax.jit(lambda th: model.initial_state(view(th)))
+
+    def outputs(th):
+        sol = solve_ivp(
+            lambda t, x: np.asarray(rhs(t, x, th)),
+            (float(model.t0), ts[-1]),
+            np.asarray(x0_fn(th)),
+            method="BDF",
+            jac=lambda t, x: np.asarray(jac(t, x, th)),
+            t_eval=ts,
+            rtol=rtol,
+            atol=atol,
+        )
+        assert sol.success, sol.message
+        return np.asarray(out_fn(jnp.asarray(ts), jnp.asarray(sol.y.T), th)).reshape(-1)
+
+    def fd(th):
+        cols = []
+        for j in range(th.size):
+            h = 1e-4 * abs(th[j])
+            up, down = th.copy(), th.copy()
+            up[j] += h
+            down[j] -= h
+            cols.append((outputs(up) - outputs(down)) / (2 * h))
+        return np.stack(cols, axis=1)
+
+    outputs(samples[0])  # compile the jitted pieces
+    t = time.perf_counter()
+    S_fd = [fd(th) for th in samples[:n_scipy]]
+    out["ecoli_scipy_bdf_fd_per_sample_s"] = (time.perf_counter() - t) / n_scipy
+    # how far the finite differences are from the error-controlled sensitivities
+    # (columns scaled by their largest entry)
+    diffs = [
+        np.max(np.abs(a - b) / np.maximum(np.abs(a).max(axis=0), 1e-300))
+        for a, b in zip(S_jax[:n_scipy], S_fd)
+    ]
+    out["ecoli_fd_vs_jaxident_max_scaled_diff"] = float(np.max(diffs))
+    return out
+
+
 def _median_time(fn, reps: int = 5) -> float:
     out = []
     for _ in range(reps):
@@ -103,6 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--amici-python", default=None)
+    ap.add_argument("--ecoli", type=int, nargs=2, default=[16, 1], metavar=("N_JAX", "N_SCIPY"))
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "petab.json"))
     args = ap.parse_args()
 
@@ -208,6 +286,9 @@ def main():
     else:
         res["amici"] = "not run: give --amici-python (AMICI is not a dependency)"
 
+    if args.ecoli[0] > 0:
+        res.update(ecoli(*args.ecoli))
+
     def ratio(a, b):
         return res[b] / res[a] if a in res and b in res else None
 
@@ -218,6 +299,12 @@ def main():
         "single sim vs roadrunner": ratio("jaxident_single_sim_s", "roadrunner_single_sim_s"),
         f"{args.n} sens vs roadrunner FD": ratio(
             "jaxident_batch_sens_s", "roadrunner_batch_fd_sens_s"
+        ),
+        "E. coli sens per sample, Rodas4 vs SciPy BDF + FD": ratio(
+            "ecoli_jaxident_rodas4_per_sample_s", "ecoli_scipy_bdf_fd_per_sample_s"
+        ),
+        "E. coli sens per sample, Kvaerno3 vs SciPy BDF + FD": ratio(
+            "ecoli_jaxident_kvaerno3_per_sample_s", "ecoli_scipy_bdf_fd_per_sample_s"
         ),
     }
     print(json.dumps(res, indent=2))
