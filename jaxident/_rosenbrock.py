@@ -44,7 +44,7 @@ _C[5, :5] = [
 
 
 # flattened state size (with the tangents) up to which the stages are unrolled
-_UNROLL_SIZE = 512
+_UNROLL_SIZE = 128
 
 
 def _combine(base, coeffs, ks, scale=1.0):
@@ -148,9 +148,11 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
 
         # The stages, unrolled for a small system (state and tangents), where XLA fuses
         # across them: 1.8x faster over 1000 Boehm samples (8 states, 6 directions);
-        # for a large one in a loop over the tableau's rows, so that the right-hand side
-        # with its tangents, the bulk of the program, is compiled once, not six times
-        # (E. coli, 18 states and 121 directions: 19 s to compile instead of 56).
+        # for a larger one in a loop over the tableau's rows, so that the right-hand
+        # side with its tangents, the bulk of the program, is compiled once, not six
+        # times (E. coli, 18 states and 121 directions: 19 s to compile instead of 56;
+        # with 12 directions, set-by-set with re-estimation, mostly compilation, takes
+        # 84 s instead of 97).
         A, C = jnp.asarray(_A, dtype), jnp.asarray(_C, dtype)
         alpha, gamma_i = jnp.asarray(_ALPHA, dtype), jnp.asarray(_GAMMA_I, dtype)
 
