@@ -226,22 +226,20 @@ def _sweep_mesh(devices, mesh) -> Mesh:
             raise ValueError("Give devices= or mesh=, not both.")
         if not isinstance(mesh, Mesh):
             raise TypeError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
-        if not set(mesh.devices.flat) <= set(jax.local_devices()):
-            raise ValueError(
-                "mesh holds devices of other processes; a sweep's mesh is made of this "
-                "process's devices (jax.local_devices()), and processes share out the chunks."
-            )
-        return mesh
-    if devices is None:
-        devices = jax.local_devices()
-    devices = list(devices)
-    if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise ValueError(f"devices must be a non-empty list of jax devices, got {devices!r}.")
-    if len(set(devices)) != len(devices):
-        raise ValueError("devices lists a device twice.")
+        devices = list(mesh.devices.flat)
+    else:
+        devices = list(jax.local_devices() if devices is None else devices)
+        if not devices or not all(isinstance(d, jax.Device) for d in devices):
+            raise ValueError(f"devices must be a non-empty list of jax devices, got {devices!r}.")
+        if len(set(devices)) != len(devices):
+            raise ValueError("devices lists a device twice.")
+        mesh = Mesh(np.array(devices), ("samples",))
     if not set(devices) <= set(jax.local_devices()):
-        raise ValueError("devices must be this process's own (from jax.local_devices()).")
-    return Mesh(np.array(devices), ("samples",))
+        raise ValueError(
+            "A sweep's devices are this process's own (jax.local_devices()); under "
+            "jax.distributed the processes share out the chunks, not the devices."
+        )
+    return mesh
 
 
 def _progress_bar(total: int, enabled: bool, desc: str):

@@ -47,6 +47,20 @@ def unset(shape, dtype) -> np.ndarray:
     return np.zeros(shape, dtype)
 
 
+def _read_state_file(path: pathlib.Path) -> tuple[dict, dict[int, tuple[int, str]]]:
+    """`(fingerprint, {start: (stop, checksum)})` from a sweep's state file."""
+    try:
+        state = json.loads(path.read_text())
+        fingerprint = state["fingerprint"]
+        chunks = {int(k): (int(v[0]), str(v[1])) for k, v in state["chunks"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+        raise ValueError(
+            f"{path} is not a jaxident sweep state file, or it is damaged "
+            f"({type(e).__name__}: {e}). Delete it (or use another out_dir) to start over."
+        ) from None
+    return fingerprint, chunks
+
+
 def _chunk_checksum(arrays, start: int, stop: int) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -111,15 +125,7 @@ class ResultFiles:
     def _read_state(self) -> dict[int, tuple[int, str]]:
         if not self.state_file.exists():
             return {}
-        try:
-            state = json.loads(self.state_file.read_text())
-            fingerprint = state["fingerprint"]
-            chunks = {int(k): (int(v[0]), str(v[1])) for k, v in state["chunks"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-            raise ValueError(
-                f"{self.state_file} is not a jaxident sweep state file, or it is damaged "
-                f"({type(e).__name__}: {e}). Delete it (or use another out_dir) to start over."
-            ) from None
+        fingerprint, chunks = _read_state_file(self.state_file)
         if fingerprint != self.fingerprint:
             differ = sorted(
                 k
@@ -201,11 +207,7 @@ def read_parts(out_dir) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         path = part / ResultFiles.STATE
         if not path.exists():
             raise ValueError(f"{part} holds no sweep results ({ResultFiles.STATE} is missing).")
-        try:
-            state = json.loads(path.read_text())
-            states.append((part, state["fingerprint"], state["chunks"]))
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path} is damaged ({type(e).__name__}: {e}).") from None
+        states.append((part, *_read_state_file(path)))
     first = states[0][1]
     for part, fingerprint, _ in states[1:]:
         if fingerprint != first:
@@ -222,7 +224,6 @@ def read_parts(out_dir) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
             np.load(part / _file_name(i, len(specs)), mmap_mode="r") for i in range(len(specs))
         ]
         for start, (stop, digest) in chunks.items():
-            start, stop = int(start), int(stop)
             if _chunk_checksum(arrays, start, stop) != digest:
                 raise ValueError(f"Rows {start}:{stop} in {part} do not match their checksum.")
             for o, a in zip(out, arrays):
