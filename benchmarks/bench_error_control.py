@@ -2,7 +2,7 @@
 controller's error test, `ji.SensitivityEquations()`, the default) against forward-mode
 differentiation of the discretised solve (`ji.DifferentiateSolver()`), with their
 accuracy against a tight reference: the SVIR sweep (explicit Tsit5) and the E. coli model
-(stiff Kvaerno3, 121 parameters)."""
+(stiff, its default `ji.Rodas4`, 121 parameters)."""
 
 import argparse
 import functools

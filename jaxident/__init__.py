@@ -103,6 +103,7 @@ from ._rom import (
     Similarity as Similarity,
 )
 from ._rosenbrock import Rodas4 as Rodas4
+from ._sampling import latin_hypercube as latin_hypercube
 from ._sensitivity import (
     ld_sensitivity as ld_sensitivity,
     LSensitivity as LSensitivity,
@@ -113,7 +114,6 @@ from ._sensitivity import (
 from ._simulate import simulate as simulate, Trajectory as Trajectory
 from ._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._sweep import (
-    latin_hypercube as latin_hypercube,
     load_sweep as load_sweep,
     sweep as sweep,
     SweepResult as SweepResult,
@@ -122,12 +122,14 @@ from ._transforms import (
     AbstractTransformedModel as AbstractTransformedModel,
     change_units as change_units,
     fix_parameters as fix_parameters,
-    free_initial_state as free_initial_state,
-    InitialStateModel as InitialStateModel,
-    PODModel as PODModel,
     ReparameterizedAlgebraicModel as ReparameterizedAlgebraicModel,
     ReparameterizedDAEModel as ReparameterizedDAEModel,
     ReparameterizedODEModel as ReparameterizedODEModel,
+)
+from ._transforms_state import (
+    free_initial_state as free_initial_state,
+    InitialStateModel as InitialStateModel,
+    PODModel as PODModel,
 )
 
 

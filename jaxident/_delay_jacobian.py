@@ -17,7 +17,7 @@ from ._context import clean_errors
 from ._model import Integrator, ODEModel
 from ._sensitivity import sensitivity
 from ._simulate import simulate
-from ._transforms import free_initial_state
+from ._transforms_state import free_initial_state
 
 
 # --------------------------------------------------------------------------------------

@@ -28,7 +28,10 @@ class Estimate(eqx.Module):
     squares), `jacobian` (of the weighted residuals with respect to every parameter,
     held ones included: the weighted sensitivity matrix at the estimate), `steps`,
     `result` (an `optimistix.RESULTS`: `successful`, `nonlinear_max_steps_reached`,
-    `nonlinear_divergence`), `at_bound` (which parameters ended on a bound).
+    `nonlinear_divergence`), `at_bound` (which free parameters ended within 1e-3 of
+    their box's width from a bound, measured as the fit's change of variables measures
+    it: logarithmically where both bounds are positive; the rule of
+    `StepwiseSelection.at_bound`).
 
     **Properties:** `ok` (`result == successful`), `stopped_at_max_steps`, `message`
     (why it failed, or ""), `covariance` (`s^2 (J_f^T J_f)^{-1}` over the free columns

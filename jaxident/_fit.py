@@ -1,14 +1,20 @@
 """The compiled kernels of the re-estimation engine: the fit in one kernel (`ji.estimate`,
 jittable and vmappable), and the same Levenberg-Marquardt fit as three kernels that a
-host loop runs a few steps at a time (progress and Ctrl-C between them)."""
+host loop runs a few steps at a time (progress and Ctrl-C between them). Jacobians come
+from the sensitivity engine (`forward_sensitivities`), as `ji.sensitivity`'s do."""
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optimistix as optx
+from jaxtyping import Array
 
-from ._measurements import box_transform
+from ._forward import forward_sensitivities
+from ._measurements import box_transform, near_bound
 from ._simulate import solve
 from ._solvers import LevenbergMarquardt, OptaxLD
 
@@ -16,7 +22,21 @@ from ._solvers import LevenbergMarquardt, OptaxLD
 _FAILED_RESIDUAL = 1e8
 
 
-def _outputs_and_params(model, times, theta0, free, lower, upper, bounded, integ):
+class _Model(NamedTuple):
+    """The model seen by a fit: outputs at `theta`, the parameters at the unknowns `z`
+    (held ones at `theta0`), and the outputs with their derivatives along the columns
+    of `M`, by the integrator's sensitivity method (the sensitivity equations inside
+    the error test, by default: on a stiff model this is cheaper than differentiating
+    the solve, and the Jacobian's error is controlled)."""
+
+    outputs: Callable
+    params: Callable
+    sensitivities: Callable
+    z0: Array
+    dtheta_dz: Callable
+
+
+def _fit_model(model, times, theta0, free, lower, upper, bounded, integ) -> _Model:
     to_theta, z0 = box_transform(theta0, lower, upper, bounded)
 
     def outputs(theta):
@@ -25,12 +45,19 @@ def _outputs_and_params(model, times, theta0, free, lower, upper, bounded, integ
     def params(z):
         return jnp.where(free, to_theta(z), theta0)
 
-    return outputs, params, z0
+    def sensitivities(theta, M):
+        y, Y, _ = forward_sensitivities(model, theta, times, integ, M)
+        return y, Y
+
+    def dtheta_dz(z):  # the change of variables is elementwise
+        return jnp.where(free, jax.jvp(to_theta, (z,), (jnp.ones_like(z),))[1], 0.0)
+
+    return _Model(outputs, params, sensitivities, z0, dtheta_dz)
 
 
-def _residual_fn(outputs, params, data, sigma, lm):
+def _residual_fn(fm: _Model, data, sigma, lm):
     def residual(z, _):
-        r = (outputs(params(z)) - data) / sigma
+        r = (fm.outputs(fm.params(z)) - data) / sigma
         # ji.LevenbergMarquardt rejects a trial point where the model cannot be
         # solved; to other solvers such a point must look very bad, not NaN (NaN
         # would reach their linear solves).
@@ -39,27 +66,29 @@ def _residual_fn(outputs, params, data, sigma, lm):
     return residual
 
 
-def _finish(outputs, theta, data, sigma, free, lower, upper, bounded, steps, result):
+def _jacobian_fn(fm: _Model, sigma):
+    """The weighted residuals' Jacobian in the unknowns `z` (zero columns for held
+    parameters), from the sensitivities along `diag(dtheta/dz)`."""
+
+    def jacobian(z, _):
+        _, Y = fm.sensitivities(fm.params(z), jnp.diag(fm.dtheta_dz(z)))
+        return Y / sigma[:, None]
+
+    return jacobian
+
+
+def _finish(fm: _Model, theta, data, sigma, free, lower, upper, bounded, steps, result):
     """The estimate's weighted residuals, cost, Jacobian (every column) and status."""
-
-    def weighted(th):
-        r = (outputs(th) - data) / sigma
-        return r, r
-
-    J, r = jax.jacfwd(weighted, has_aux=True)(theta)  # one solve gives both
+    y, Y = fm.sensitivities(theta, jnp.eye(theta.shape[0], dtype=theta.dtype))
+    r = (y - data) / sigma  # one solve gives both
+    J = Y / sigma[:, None]
     finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(J))
     cost = jnp.sum(r**2)
     r = jnp.where(jnp.isfinite(sigma), r, jnp.nan)  # NaN where a datum is missing
     result = optx.RESULTS.where(
         (result == optx.RESULTS.successful) & ~finite, optx.RESULTS.nonlinear_divergence, result
     )
-    width = upper - lower
-    at_bound = (
-        free
-        & bounded
-        & jnp.isfinite(width)
-        & ((jnp.abs(theta - lower) <= 1e-6 * width) | (jnp.abs(upper - theta) <= 1e-6 * width))
-    )
+    at_bound = free & near_bound(theta, lower, upper, bounded)
     return theta, r, cost, J, jnp.asarray(steps), result, at_bound
 
 
@@ -69,20 +98,18 @@ def fit_kernel(
 ):
     """The estimation kernel: every array an argument, so one compilation serves every
     start, data set, error model and free-parameter mask of a model."""
-    outputs, params, z0 = _outputs_and_params(
-        model, times, theta0, free, lower, upper, bounded, integ
-    )
+    fm = _fit_model(model, times, theta0, free, lower, upper, bounded, integ)
     if isinstance(solver, OptaxLD):
-        z, steps, result = solver.minimise(outputs, params, z0, data, sigma, free)
+        z, steps, result = solver.minimise(fm.outputs, fm.params, fm.z0, data, sigma, free)
     else:
         lm = isinstance(solver, LevenbergMarquardt)
-        residual = _residual_fn(outputs, params, data, sigma, lm)
-        options = {"free": free} if lm else None
+        residual = _residual_fn(fm, data, sigma, lm)
+        options = {"free": free, "jacobian": _jacobian_fn(fm, sigma)} if lm else None
         sol = optx.least_squares(
-            residual, solver, z0, options=options, max_steps=max_steps, throw=False
+            residual, solver, fm.z0, options=options, max_steps=max_steps, throw=False
         )
         z, steps, result = sol.value, sol.stats["num_steps"], sol.result
-    return _finish(outputs, params(z), data, sigma, free, lower, upper, bounded, steps, result)
+    return _finish(fm, fm.params(z), data, sigma, free, lower, upper, bounded, steps, result)
 
 
 # --- the same Levenberg-Marquardt fit in chunks of steps, for a host loop that reports
@@ -90,11 +117,10 @@ def fit_kernel(
 
 
 def _lm_fn(ls, theta0, free):
-    outputs, params, z0 = _outputs_and_params(
-        ls.model, ls.times, theta0, free, ls.lower, ls.upper, ls.bounded, ls.integrator
-    )
-    residual = _residual_fn(outputs, params, ls.data, ls.sigma, True)
-    return outputs, params, z0, lambda z, args: (residual(z, args), None)
+    fm = _fit_model(ls.model, ls.times, theta0, free, ls.lower, ls.upper, ls.bounded, ls.integrator)
+    residual = _residual_fn(fm, ls.data, ls.sigma, True)
+    options = {"free": free, "jacobian": _jacobian_fn(fm, ls.sigma)}
+    return fm, lambda z, args: (residual(z, args), None), options
 
 
 _NO_TAGS = frozenset()
@@ -102,15 +128,14 @@ _NO_TAGS = frozenset()
 
 @eqx.filter_jit
 def lm_begin(ls, theta0, free, solver):
-    _, _, z0, fn = _lm_fn(ls, theta0, free)
-    return z0, solver.init(fn, z0, None, {"free": free}, None, None, _NO_TAGS)
+    fm, fn, options = _lm_fn(ls, theta0, free)
+    return fm.z0, solver.init(fn, fm.z0, None, options, None, None, _NO_TAGS)
 
 
 @eqx.filter_jit
 def lm_advance(ls, theta0, free, solver, z, state, steps, until):
     """Levenberg-Marquardt steps from `(z, state)` until it stops or `steps == until`."""
-    _, _, _, fn = _lm_fn(ls, theta0, free)
-    options = {"free": free}
+    _, fn, options = _lm_fn(ls, theta0, free)
 
     def cond(c):
         z, state, k = c
@@ -127,10 +152,10 @@ def lm_advance(ls, theta0, free, solver, z, state, steps, until):
 
 @eqx.filter_jit
 def lm_finish(ls, theta0, free, solver, z, state, steps, max_steps):
-    outputs, params, _, fn = _lm_fn(ls, theta0, free)
-    done, result = solver.terminate(fn, z, None, {"free": free}, state, _NO_TAGS)
+    fm, fn, options = _lm_fn(ls, theta0, free)
+    done, result = solver.terminate(fn, z, None, options, state, _NO_TAGS)
     result = optx.RESULTS.where(
         ~done & (steps >= max_steps), optx.RESULTS.nonlinear_max_steps_reached, result
     )
-    return _finish(outputs, params(z), ls.data, ls.sigma, free, ls.lower, ls.upper,
+    return _finish(fm, fm.params(z), ls.data, ls.sigma, free, ls.lower, ls.upper,
                    ls.bounded, steps, result)  # fmt: skip

@@ -104,6 +104,16 @@ def box_fraction(theta, lower, upper, bounded):
     return (warp(theta) - lo) / width, box, logbox, lo, width
 
 
+def near_bound(theta, lower, upper, bounded, rel: float = 1e-3):
+    """Which parameters lie within `rel` of their box's width from a bound, in the
+    coordinates of `box_transform` (logarithmic where both bounds are positive): there
+    the change of variables has flattened the parameter's effect by a factor `rel`, so a
+    fit has all but stopped moving it. Parameters without two finite bounds never are.
+    One rule for `Estimate.at_bound` and `StepwiseSelection.at_bound`."""
+    frac, box, _, _, _ = box_fraction(theta, lower, upper, bounded)
+    return box & ((frac <= rel) | (frac >= 1.0 - rel))
+
+
 def box_transform(theta0, lower, upper, bounded):
     """z -> theta: scaled (theta = s z), or, for parameters with two finite bounds when
     `bounded`, a sigmoid onto the box: in log-space when both bounds are positive (rate

@@ -39,7 +39,8 @@ class Integrator(eqx.Module):
     **Arguments:**
 
     - `solver`: any diffrax solver with an error estimate; `diffrax.Tsit5()` (default)
-      for non-stiff models, `diffrax.Kvaerno5()` for stiff ones.
+      for non-stiff models; for stiff ones `ji.Rodas4()` (no Newton iteration: cheapest
+      for small and medium systems, with sensitivities) or `diffrax.Kvaerno5()`.
     - `rtol`, `atol`: tolerances of the PID step-size controller. With the default
       `sensitivity=SensitivityEquations()` the sensitivities are in the error test too,
       so they are accurate to a few times `rtol` (see `Sensitivity.accuracy`).

@@ -18,7 +18,7 @@ from ._context import clean_errors, resolve_throw, run_kernel
 from ._linalg._sce import worst_direction, WorstDirection
 from ._model import AbstractModel, DAEModel, Integrator, ODEModel
 from ._simulate import failure_message, raise_if_failed, solve, status
-from ._transforms import free_initial_state
+from ._transforms_state import free_initial_state
 
 
 def _response_fn(model, t, response, integrator, forward=False, throw=True):

@@ -16,7 +16,7 @@ from ._linalg._sce import sce_estimate, similarity_index, wallis
 from ._model import Integrator, ODEModel
 from ._perturb import PerturbationAnalysis
 from ._simulate import simulate
-from ._transforms import PODModel
+from ._transforms_state import PODModel
 
 
 class POD(eqx.Module):

@@ -54,7 +54,9 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
 
     A trial point where the model cannot be solved (NaN or inf residuals) is rejected
     and the damping raised. `options={"free": mask}` holds the parameters where `mask`
-    is False at their starting values.
+    is False at their starting values; `options={"jacobian": jac}` computes the
+    Jacobian as `jac(y, args)` (the sensitivity equations, say) instead of by `jacfwd`
+    of the residuals.
 
     **Arguments:** `rtol` (relative cost decrease, default `1e-8`), `atol` (relative
     step size, default `1e-10`), `updates` (default 0: a Jacobian at every accepted
@@ -100,7 +102,11 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         free = options.get("free")
         free = jnp.ones(y.shape, bool) if free is None else jnp.asarray(free, bool)
 
+        jac = options.get("jacobian")
+
         def jacobian():
+            if jac is not None:
+                return jac(y, args)
             return jax.jacfwd(lambda z: _flat(fn(z, args)[0]))(y)
 
         J = jax.lax.cond(state.exact, jacobian, lambda: state.jacobian)

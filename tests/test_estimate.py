@@ -64,6 +64,12 @@ def test_bounds_are_respected():
     th = np.asarray(est.theta)
     assert np.all(th >= lower) and np.all(th <= upper)
     assert th[0] > 0.599
+    # at_bound: beta within 1e-3 of its (log) box's width from the upper bound, as the
+    # stepwise selection measures it; the others inside
+    frac = (np.log(th) - np.log(lower)) / (np.log(upper) - np.log(lower))
+    assert frac[0] > 1 - 1e-3
+    np.testing.assert_array_equal(np.asarray(est.at_bound), (frac < 1e-3) | (frac > 1 - 1e-3))
+    assert "(at a bound)" in repr(est).splitlines()[1]
 
 
 def test_optax_generalized_gradient_reduces_cost():

@@ -60,6 +60,26 @@ def test_levenberg_marquardt_against_scipy():
     _close(sol.value, _scipy(y0, DATA), DATA)
 
 
+def test_levenberg_marquardt_with_a_given_jacobian():
+    # options["jacobian"] replaces jacfwd of the residuals (the fit kernels pass the
+    # sensitivity equations): the closed-form Jacobian gives SciPy's fit, and it is the
+    # one used (one blind to the third parameter never moves it)
+    def jac(y, data):
+        return jnp.stack([jnp.exp(-y[1] * T), -y[0] * T * jnp.exp(-y[1] * T),
+                          jnp.sin(3 * T), jnp.ones_like(T)], axis=1)  # fmt: skip
+
+    y0 = jnp.array([1.0, 1.0, 0.0, 0.0])
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+    sol = optx.least_squares(_residual, solver, y0, args=DATA, options={"jacobian": jac},
+                             max_steps=200)  # fmt: skip
+    assert sol.result == optx.RESULTS.successful
+    _close(sol.value, _scipy(y0, DATA), DATA)
+    blind = {"jacobian": lambda y, d: jac(y, d).at[:, 2].set(0.0)}
+    wrong = optx.least_squares(_residual, solver, y0, args=DATA, options=blind, max_steps=200,
+                               throw=False)  # fmt: skip
+    assert float(wrong.value[2]) == 0.0 and abs(float(sol.value[2]) - TRUE[2]) < 0.05
+
+
 def test_levenberg_marquardt_mask_holds_parameters():
     y0 = jnp.array([1.0, 1.0, 0.3, 0.1])
     free = jnp.array([True, True, False, True])

@@ -112,6 +112,32 @@ def test_nsrga_is_the_leverage_of_eq_6():
     assert np.all(np.isneginf(np.asarray(scores)[selected]))
 
 
+def test_nsrga_pseudo_inverse_cut_by_its_rank_rule():
+    # a column nearly dependent on two others (1e-5 off): a rule at 1e-3 of the largest
+    # column drops that direction from the pseudo-inverse, the default keeps it
+    B, selected = _problem(dependent=False, n=12, p=7)
+    rng = np.random.default_rng(3)
+    B[:, 5] = 2 * B[:, 1] - B[:, 2] + 1e-5 * rng.standard_normal(12)
+    none = np.zeros_like(selected)
+    top = np.linalg.norm(B, axis=0).max()
+
+    def ref(rtol):
+        u, s, vt = np.linalg.svd(B, full_matrices=False)
+        keep = s > rtol * max(top, s[0])
+        return (vt[keep] ** 2).sum(axis=0)
+
+    for rule, rtol in [(ji.RelativeTolerance(), 12 * np.finfo(float).eps),
+                       (ji.RelativeTolerance(1e-3), 1e-3)]:  # fmt: skip
+        crit = ji.NSRGA(rank=rule)
+        _, scores = jax.jit(crit)(jnp.asarray(B), jnp.asarray(none))
+        np.testing.assert_allclose(np.asarray(scores), ref(rtol), atol=tol(np.float64, 1e3))
+    none = jnp.asarray(none)
+    loose = np.asarray(ji.NSRGA(rank=ji.RelativeTolerance(1e-3))(jnp.asarray(B), none)[1])
+    assert loose[5] < 0.9 < float(ji.NSRGA()(jnp.asarray(B), none)[1][5])
+    with pytest.raises(TypeError, match="rank"):
+        ji.NSRGA(rank=1e-3)
+
+
 def test_collinearity_index_and_norm_against_references():
     B, selected = _problem()
     _, scores = ji.CollinearityIndex()(jnp.asarray(B), jnp.asarray(selected))

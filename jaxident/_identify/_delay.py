@@ -19,7 +19,7 @@ from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_th
 from .._model import Integrator, ODEModel
 from .._sensitivity import sensitivity
 from .._sweep import sweep
-from .._transforms import free_initial_state
+from .._transforms_state import free_initial_state
 from ._delay_result import DelayEstimability
 from ._estimability import (
     _candidate_indices,

@@ -14,7 +14,8 @@ from .._context import clean_errors
 from .._forward import accuracy
 from .._linalg._rank import AbstractRankRule, with_accuracy
 from .._model import AbstractModel, Integrator
-from .._sweep import latin_hypercube, sweep
+from .._sampling import latin_hypercube
+from .._sweep import sweep
 from .._transforms import fix_parameters
 from ._lserc import lserc_tree
 from ._lserc_method import check_method, LSERC, probe_directions

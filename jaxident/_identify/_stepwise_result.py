@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._linalg._misc import svdvals
-from .._measurements import box_fraction
+from .._measurements import near_bound
 
 
 def worst_case_evaluations(n: int) -> dict[str, int]:
@@ -193,9 +193,7 @@ def at_bound(problem, point, order, rel: float = 1e-3) -> tuple[str, ...]:
     if not (ls.bounded and problem.method.reestimate) or not order:
         return ()
     th, lo, up = (jnp.asarray(x, float) for x in (point.theta, ls.lower, ls.upper))
-    frac, box, _, _, _ = box_fraction(th, lo, up, True)
-    frac = np.where(np.asarray(box), np.asarray(frac), 0.5)
-    near = (frac <= rel) | (frac >= 1.0 - rel)
+    near = np.asarray(near_bound(th, lo, up, True, rel))
     return tuple(problem.names[j] for j in order if near[j])
 
 

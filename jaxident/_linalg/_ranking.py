@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._misc import column_norms, eps, matmul, qrcp, svdvals
-from ._rank import RelativeTolerance
+from ._misc import column_norms, matmul, qrcp, svdvals
+from ._rank import AbstractRankRule, RelativeTolerance
 
 
 class AbstractRankingCriterion(eqx.Module):
@@ -139,23 +139,33 @@ class NSRGA(AbstractRankingCriterion):
     parameter already explained by the selection scores 0; ties are broken by the
     column norm.
 
-    **Arguments:** `cutoff` (default `1e-8`), `rcond`: relative cut-off of the
-    pseudo-inverse (default `max(n, p) eps`).
+    **Arguments:** `cutoff` (default `1e-8`), `rank`: the rank rule that decides which
+    singular values the pseudo-inverse keeps (default `RelativeTolerance()`,
+    `max(n, p) eps`). It judges them against the largest column of `B` (as if that
+    were the largest singular value), so that columns already explained by the
+    selection, whose residual is rounding, fall out.
     """
 
     cutoff: float = 1e-8
-    rcond: float | None = None
+    rank: AbstractRankRule = RelativeTolerance()
     name: ClassVar[str] = "NSRGA (Cao & Rossiter 1997)"
 
+    def __check_init__(self):
+        if not isinstance(self.rank, AbstractRankRule):
+            raise TypeError(
+                f"rank must be a rank rule such as RelativeTolerance(), got {self.rank!r}."
+            )
+
     def __call__(self, B, selected):
-        n, p = B.shape
         norms, top = _max_norm(B)
         Rm = jnp.where(selected[None, :], 0.0, _project_out(B, selected))
         _, s, vt = jnp.linalg.svd(Rm, full_matrices=False)
-        rcond = max(n, p) * eps(B) if self.rcond is None else self.rcond
-        # Relative to the largest column of B, so that columns already explained by the
-        # selection (residual at rounding level) fall out.
-        keep = s > rcond * top
+        # The rule sees the largest column of B in front of the residual's singular
+        # values: a relative rule's threshold is then relative to B, not to what the
+        # selection left over.
+        reference = jnp.maximum(top, s[0])
+        k = self.rank(jnp.concatenate([reference[None], s]), B.shape) - 1
+        keep = jnp.arange(s.shape[0], dtype=k.dtype) < k
         lev = jnp.sum(jnp.where(keep[:, None], vt, 0.0) ** 2, axis=0)
         scores = jnp.where(selected, -jnp.inf, lev)
         # Leverages that agree to 1e-9 are ties: the larger effect first.
