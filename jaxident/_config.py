@@ -12,7 +12,9 @@
   and the entry points whose checks are made on the host (`_context.run_kernel`). The
   cache is bounded at 1 GiB (least recently used entries go first), which also makes JAX
   lock it, so that processes sharing it never read an entry another one is writing
-  (`JAX_COMPILATION_CACHE_MAX_SIZE` set in the environment wins).
+  (`JAX_COMPILATION_CACHE_MAX_SIZE` set in the environment wins). The entry points'
+  kernels are also kept lowered, in its subfolder `jaxident-exported` (`_exported.py`),
+  so that a second process does not trace them either.
 """
 
 import os

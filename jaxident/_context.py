@@ -63,7 +63,8 @@ def run_kernel(kernel, *args, throw: bool, message):
     emits no check of its own, and the checks of the libraries inside it are compiled as
     NaN (which the kernel's status flags then report), so the program has no host
     callback. JAX's persistent cache can store it, and a second process loads it instead
-    of compiling. `message(result)` then gives the error message of a failed call (or
+    of compiling; `_exported.call` keeps it lowered as well, so that a second process
+    does not trace it either. `message(result)` then gives the error message of a failed call (or
     `None`), raised here as an `EquinoxRuntimeError`. Without `throw`, or under a
     caller's trace, the kernel runs as it is (its checks compiled in).
 
@@ -71,8 +72,10 @@ def run_kernel(kernel, *args, throw: bool, message):
     """
     if not throw or is_traced(args):
         return kernel(*args, throw)
+    from . import _exported
+
     with _equinox_checks_as_nan():
-        out = kernel(*args, DEFERRED)
+        out = _exported.call(kernel, *args, DEFERRED)
     text = message(out)
     if text:
         raise eqx.EquinoxRuntimeError(text)

@@ -261,6 +261,7 @@ def raise_if_failed(model, x, solved: Solved):
 
 def failure_message(model, solved: Solved) -> str | None:
     """The same message on the host, from a concrete status (or `None`)."""
+    solved = jax.tree.map(np.asarray, solved)  # NumPy: no small programs to compile
     for pred, index, msgs in _failure_checks(model, solved):
         if bool(pred):
             return msgs[int(index)]

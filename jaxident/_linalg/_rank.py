@@ -171,6 +171,14 @@ def with_accuracy(rule: AbstractRankRule, accuracy: float | None) -> AbstractRan
     return rule
 
 
+@eqx.filter_jit
+def _decision(rule: AbstractRankRule, sigma, shape):
+    """The rule's rank and threshold (NaN for a rule without one), as one compiled call:
+    on the host, the rule's few array operations would each be compiled on their own."""
+    tol = rule.threshold(sigma, shape) if hasattr(rule, "threshold") else jnp.nan
+    return rule(sigma, shape), tol
+
+
 def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
     """`(near, message)`: whether the decision of `rule` on the singular values `sigma`
     would change if the threshold moved by `factor` either way (for a gap rule: whether
@@ -178,9 +186,10 @@ def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
     s = np.asarray(sigma, dtype=float)
     if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
         return False, ""
-    k = int(rule(jnp.asarray(sigma), shape))
+    k, tol = _decision(rule, s, tuple(shape))
+    k = int(k)
     if hasattr(rule, "threshold"):
-        tol = float(rule.threshold(jnp.asarray(sigma), shape))
+        tol = float(tol)
         kept = s[k - 1] if k > 0 else np.inf
         dropped = s[k] if k < s.size else 0.0
         near = kept < factor * tol or dropped > tol / factor

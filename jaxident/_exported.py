@@ -1,0 +1,313 @@
+"""Compiled kernels that a second Python process loads instead of tracing them again.
+
+JAX's persistent compilation cache (see `_config.py`) skips XLA's compilation in a second
+process, but not the tracing and lowering that come before it, which on a DAE or L-SERC
+kernel take 3-4 s. So `call(kernel, args)` serializes the lowered kernel with
+`jax.export` the first time, in `<compilation cache>/jaxident-exported/`, under a key of
+everything the trace depends on, and a later process deserializes it (milliseconds) and
+lets the compilation cache serve XLA's part.
+
+The key is a SHA-256 of: the library versions (jax, jaxlib, equinox, diffrax, lineax,
+optimistix, numpy, Python), the source of jaxident itself, the platform, equinox's error
+mode, the kernel's name, and every argument: arrays by shape and dtype, everything else
+(the static part of `eqx.filter_jit`) by value. A model's class counts by its code: the
+bytecode, constants and defaults of its methods, and recursively of the functions and
+values they name at module level, as they are now. Anything that cannot be keyed that
+way (an object of an unknown type in a static field, say) makes the call a plain kernel
+call. What the key cannot see is code reached through another module's attribute
+(`helpers.rate(x)`, where `helpers` is the user's own module): a change there is seen by
+a new process only once the cache folder is cleared (or `JAXIDENT_CACHE=0`).
+"""
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import os
+import pathlib
+import pickle
+import sys
+import tempfile
+import types
+
+import equinox as eqx
+import jax
+
+from ._context import on_error_mode
+
+
+_LIBRARIES = frozenset(
+    {"jaxident", "jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "optax"}
+    | {"numpy", "scipy", "sympy", "jaxtyping", "typing_extensions"}
+    | set(sys.stdlib_module_names)
+)
+_VERSIONED = ("jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "numpy", "sympy")
+_MAX_FILES = 400  # entries kept on disk (about 0.1-1 MB each); the oldest go first
+# class attributes that are bookkeeping, not behaviour in a trace (construction and
+# printing: an instance's field values are keyed themselves)
+_SKIP = frozenset(
+    {"__init__", "__post_init__", "__check_init__", "__repr__", "__str__", "__eq__"}
+    | {"__hash__", "__setattr__", "__delattr__", "__getstate__", "__setstate__"}
+    | {"__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__"}
+    | {"__dataclass_fields__", "__dataclass_params__", "__match_args__", "__slots__"}
+    | {"__abstractmethods__", "_abc_impl", "__parameters__", "__orig_bases__"}
+    | {"__firstlineno__", "__static_attributes__", "__annotate__", "__signature__"}
+)
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _library(obj) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".")[0] in _LIBRARIES
+
+
+@functools.cache
+def _environment() -> str:
+    """Versions, jaxident's own source and the platform: the part of the key that is the
+    same for every call in this process."""
+    h = hashlib.sha256(sys.version.encode())
+    for name in _VERSIONED:
+        try:
+            h.update(f"{name}={importlib.metadata.version(name)};".encode())
+        except importlib.metadata.PackageNotFoundError:
+            h.update(f"{name}=?;".encode())
+    root = pathlib.Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    h.update(f"{jax.default_backend()};x64={jax.config.jax_enable_x64}".encode())
+    return h.hexdigest()
+
+
+def _code(co: types.CodeType) -> tuple:
+    consts = tuple(_code(c) if isinstance(c, types.CodeType) else _value(c) for c in co.co_consts)
+    return (co.co_code.hex(), co.co_names, co.co_varnames, co.co_freevars, consts)
+
+
+def _names(co: types.CodeType) -> set:
+    """The global names a code object (and the code nested in it) may read."""
+    out = set(co.co_names)
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _names(c)
+    return out
+
+
+# memos, per process (as JAX's own caches: a function counts as its code at first use)
+_FUNCTIONS: dict = {}
+_CLASSES: dict = {}
+
+
+def _function(f) -> tuple:
+    if _library(f):
+        return ("fn", f.__module__, f.__qualname__)
+    if f in _FUNCTIONS:
+        return _FUNCTIONS[f]
+    _FUNCTIONS[f] = ("fn", f.__module__, f.__qualname__, "(recursive)")  # for cycles
+    cells = tuple(_value(c.cell_contents) for c in (f.__closure__ or ()))
+    used = []
+    for name in sorted(_names(f.__code__)):
+        if name in f.__globals__:
+            v = f.__globals__[name]
+            used.append((name, v.__name__ if isinstance(v, types.ModuleType) else _value(v)))
+    out = (
+        "fn",
+        f.__module__,
+        f.__qualname__,
+        _code(f.__code__),
+        _value(f.__defaults__),
+        _value(f.__kwdefaults__),
+        cells,
+        tuple(used),
+    )
+    _FUNCTIONS[f] = out
+    return out
+
+
+def _class(cls: type) -> tuple:
+    if _library(cls):
+        return ("cls", cls.__module__, cls.__qualname__)
+    if cls in _CLASSES:
+        return _CLASSES[cls]
+    _CLASSES[cls] = ("cls", cls.__module__, cls.__qualname__, "(recursive)")
+    parts = []
+    for base in cls.__mro__:
+        if _library(base):
+            parts.append((base.__module__, base.__qualname__))
+            continue
+        for name, attr in sorted(vars(base).items()):
+            if name in _SKIP:
+                continue
+            if isinstance(attr, (staticmethod, classmethod)):
+                attr = attr.__func__
+            if isinstance(attr, property):
+                attr = (attr.fget, attr.fset)
+            elif isinstance(attr, functools.cached_property):
+                attr = attr.func
+            parts.append((base.__qualname__, name, _value(attr)))
+    out = ("cls", cls.__module__, cls.__qualname__, tuple(parts))
+    _CLASSES[cls] = out
+    return out
+
+
+def _value(x):
+    """A fingerprint of `x` that is equal in two processes exactly when `x` would trace
+    the same; arrays count by shape and dtype (they are the kernel's inputs)."""
+    if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
+        return (type(x).__name__, repr(x))
+    if isinstance(x, jax.Array) or eqx.is_array(x):
+        weak = getattr(x, "weak_type", False)
+        return ("array", tuple(x.shape), str(x.dtype), weak)
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_value(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((_value(k), _value(v)) for k, v in x.items()))
+    if isinstance(x, (set, frozenset)):
+        return ("set", tuple(sorted(repr(_value(v)) for v in x)))
+    if isinstance(x, type):
+        return _class(x)
+    if isinstance(x, types.FunctionType):
+        return _function(x)
+    if isinstance(x, types.MethodType):
+        return ("method", _function(x.__func__), _value(x.__self__))
+    if isinstance(x, functools.partial):
+        return ("partial", _value(x.func), _value(x.args), _value(x.keywords))
+    if isinstance(x, enum.Enum):
+        return ("enum", _class(type(x)), x.name)
+    if dataclasses.is_dataclass(x):  # equinox modules among them
+        fields = tuple((f.name, _value(getattr(x, f.name, None))) for f in dataclasses.fields(x))
+        return ("dataclass", _class(type(x)), fields)
+    if type(x).__module__.split(".")[0] == "sympy":
+        import sympy
+
+        return ("sympy", sympy.srepr(x))
+    if _library(x) and hasattr(x, "__qualname__"):  # jnp.sin, a custom_jvp of a library
+        return ("callable", x.__module__, x.__qualname__)
+    raise _Unkeyable(type(x).__qualname__)
+
+
+def _key(kernel, args) -> str | None:
+    try:
+        name = (kernel.__module__, kernel.__qualname__)  # jaxident's: its source is keyed
+        fingerprint = (_environment(), on_error_mode(), name, _value(args))
+    except _Unkeyable:
+        return None
+    return hashlib.sha256(repr(fingerprint).encode()).hexdigest()
+
+
+def _folder() -> pathlib.Path | None:
+    root = jax.config.jax_compilation_cache_dir
+    if not root or "://" in root:
+        return None
+    return pathlib.Path(root) / "jaxident-exported"
+
+
+class _Slot:
+    """Where an array of the kernel's output goes back into its (pickled) structure."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+class _Entry:
+    def __init__(self, exported, skeleton):
+        self.call = jax.jit(exported.call)
+        leaves, self.treedef = jax.tree.flatten(skeleton)
+        self.leaves = leaves
+        self.slots = [(j, x.i) for j, x in enumerate(leaves) if isinstance(x, _Slot)]
+
+    def __call__(self, dynamic):
+        out = self.call(*dynamic)
+        leaves = list(self.leaves)
+        for j, i in self.slots:
+            leaves[j] = out[i]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+_MEMORY: dict = {}
+
+
+def _export(kernel, args):
+    """`kernel` lowered at `args` with `jax.export`, as a function of the arrays in
+    `args` that returns the arrays of its output, and the rest of its output (a pytree
+    with `_Slot`s where the arrays go)."""
+    dynamic_tree, static = eqx.partition(args, eqx.is_array)
+    dynamic, treedef = jax.tree.flatten(dynamic_tree)
+    box = {}
+
+    def flat(*leaves):
+        out = kernel(*eqx.combine(jax.tree.unflatten(treedef, leaves), static))
+        arrays, rest = eqx.partition(out, eqx.is_array)
+        flat_out, out_def = jax.tree.flatten(arrays)
+        box["skeleton"] = eqx.combine(
+            jax.tree.unflatten(out_def, [_Slot(i) for i in range(len(flat_out))]), rest
+        )
+        return flat_out
+
+    # Every custom call target may be kept (LAPACK's pivoted QR is not on JAX's list of
+    # targets stable across versions, but the key holds the exact versions). Host
+    # callbacks, pointers into this process, jax.export refuses itself.
+    anything = [jax.export.DisabledSafetyCheck.custom_call("ALL")]
+    exported = jax.export.export(jax.jit(flat), disabled_checks=anything)(*dynamic)
+    return exported, box["skeleton"]
+
+
+def _store(folder: pathlib.Path, key: str, found) -> None:
+    """Writes `found`, an `(exported, skeleton)` pair or `None` for a kernel that
+    `jax.export` refuses (so that no later process tries again)."""
+    try:
+        if found is None:
+            blob = pickle.dumps(None)
+        else:
+            exported, skeleton = found
+            blob = pickle.dumps((bytes(exported.serialize()), skeleton))
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, folder / f"{key}.jaxexport")
+        files = sorted(folder.glob("*.jaxexport"), key=lambda p: p.stat().st_mtime)
+        for old in files[:-_MAX_FILES]:
+            old.unlink(missing_ok=True)
+    except Exception:  # a read-only folder, an unpicklable output: memory only
+        pass
+
+
+def _load(folder: pathlib.Path, key: str):
+    """`(exported, skeleton)`, `False` for a kernel marked as refused, or `None`."""
+    path = folder / f"{key}.jaxexport"
+    try:
+        found = pickle.loads(path.read_bytes())
+        if found is None:
+            return False
+        serialized, skeleton = found
+        return jax.export.deserialize(bytearray(serialized)), skeleton
+    except Exception:  # absent, half-written, or from another version
+        return None
+
+
+def call(kernel, *args):
+    """`kernel(*args)` (an `eqx.filter_jit` kernel, concrete arguments, no host
+    callbacks inside), through a `jax.export`ed copy kept on disk beside the persistent
+    compilation cache; a plain call where there is no cache or no key."""
+    folder = _folder()
+    key = None if folder is None else _key(kernel, args)
+    if key is None:
+        return kernel(*args)
+    entry = _MEMORY.get(key)
+    if entry is None:
+        found = _load(folder, key)
+        if found is None:
+            try:
+                found = _export(kernel, args)
+            except Exception:  # something jax.export refuses: the kernel as it is
+                found = False
+            _store(folder, key, found or None)
+        entry = _MEMORY[key] = _Entry(*found) if found else kernel
+    if entry is kernel:
+        return kernel(*args)
+    return entry(jax.tree.leaves(eqx.filter(args, eqx.is_array)))

@@ -1,0 +1,171 @@
+"""Kernels kept lowered on disk (`jaxident._exported`): the key sees everything a trace
+depends on (a model's code included), a second process loads the kernels instead of
+tracing them, with the same results, and code changed between processes is traced anew."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxident as ji
+from jaxident import _exported
+from jaxident._sensitivity import _sensitivity
+
+
+_DECAY = """
+import equinox as eqx, jax, jax.numpy as jnp, jaxident as ji
+
+RATE = {rate}
+
+def speed(x):
+    return {speed}
+
+class Decay(ji.ODEModel):
+    parameters: ji.Parameters = ji.Parameters(["k", "x0"], [0.5, 2.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 4.0, 8))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -{factor} * RATE * theta.k * speed(x)
+
+    def initial_state(self, theta):
+        return jnp.array([theta.x0])
+
+    def output(self, t, x, theta):
+        return x[0]
+"""
+
+
+def _decay(rate="1.0", speed="x", factor="1.0"):
+    module = types.ModuleType("user_decay")
+    exec(_DECAY.format(rate=rate, speed=speed, factor=factor), module.__dict__)
+    return module.Decay()
+
+
+def _key(model, times=None, rtol=1e-8):
+    times = model.times if times is None else times
+    integrator = ji.Integrator(ji.Rodas4(), rtol=rtol)
+    args = (model, model.parameters.nominal, times, integrator, "none", "deferred")
+    return _exported._key(_sensitivity, args)
+
+
+def test_the_key_sees_code_and_static_values_but_not_array_values():
+    base = _key(_decay())
+    assert base is not None and base == _key(_decay())  # a fresh class, same code
+    svir = ji.models.load("svir")
+    other = svir.parameters.nominal * 1.1
+    fresh = ji.models.load("svir")
+    assert _exported._key(
+        _sensitivity, (svir, svir.parameters.nominal, svir.times, svir.integrator, "none", 0)
+    ) == _exported._key(_sensitivity, (fresh, other, svir.times, svir.integrator, "none", 0))
+    changed = [
+        _key(_decay(factor="2.0")),  # the method's code
+        _key(_decay(speed="x**2")),  # a function it calls
+        _key(_decay(rate="2.0")),  # a module-level constant it reads
+        _key(_decay(), times=jnp.linspace(0.5, 4.0, 9)),  # a shape
+        _key(_decay(), rtol=1e-9),  # a static value
+    ]
+    assert len({base, *changed}) == 6
+
+
+def test_an_unknown_static_object_means_no_key():
+    class Opaque:  # not a value the key can compare across processes
+        pass
+
+    model = _decay()
+    args = (model, model.parameters.nominal, model.times, model.integrator, Opaque(), 0)
+    assert _exported._key(_sensitivity, args) is None
+
+
+def test_pivoted_qr_is_kept_and_host_callbacks_never():
+    @eqx.filter_jit
+    def qr(a, tol):
+        _, r, piv = jax.scipy.linalg.qr(a, pivoting=True)  # LAPACK's dgeqp3
+        return r, piv, tol
+
+    @eqx.filter_jit
+    def called_back(x, scale):
+        y = jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return y * scale
+
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)))
+    exported, skeleton = _exported._export(qr, (a, 1e-3))
+    entry = _exported._Entry(exported, skeleton)
+    r, piv, tol = entry([a])
+    r_ref, piv_ref, _ = qr(a, 1e-3)
+    np.testing.assert_array_equal(np.asarray(piv), np.asarray(piv_ref))
+    np.testing.assert_allclose(np.asarray(r), np.asarray(r_ref), rtol=1e-13, atol=1e-13)
+    assert tol == 1e-3  # a static part of the output comes back as it was
+    with pytest.raises(NotImplementedError, match="host_callbacks"):  # call() runs it as it is
+        _exported._export(called_back, (jnp.ones(3), 2.0))
+
+
+_PROCESS = textwrap.dedent(
+    """
+    import json, sys, jax
+    traces = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, d, **kw: traces.append(d) if name.endswith("jaxpr_trace_duration") else None
+    )
+    import jaxident as ji
+    from jaxident import _exported
+    sys.path.insert(0, sys.argv[1])
+    from user_model import Decay
+    d = Decay()
+    sens = ji.sensitivity(d)
+    sel = ji.select_parameters(sens, k=1)
+    m = ji.models.load("nonsmooth_dae_example")
+    res = ji.lserc(m, m.THETA_STAR, method=ji.LSERC(twin=0.0, singular=0.0))
+    loaded = [type(e).__name__ == "_Entry" for e in _exported._MEMORY.values()]
+    print(json.dumps({"S": sens.matrix.tolist(), "ranks": res.reference.rank.tolist(),
+                      "selected": list(sel.identifiable),
+                      "traced_s": sum(traces), "entries": loaded}))
+    """
+)
+
+
+def test_a_second_process_loads_the_kernels_and_sees_changed_code(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env["JAXIDENT_CACHE"] = str(tmp_path / "cache")
+
+    def run(**change):
+        (tmp_path / "user_model.py").write_text(
+            _DECAY.format(**{"rate": "1.0", "speed": "x", "factor": "1.0", **change})
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", _PROCESS, str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run()
+    files = list((tmp_path / "cache" / "jaxident-exported").glob("*.jaxexport"))
+    # the sensitivity, its selection (LAPACK's pivoted QR inside) and lserc
+    assert len(files) == len(first["entries"]) == 3
+    second = run()
+    assert second["S"] == first["S"] and second["ranks"] == first["ranks"]
+    assert second["selected"] == first["selected"]
+    assert all(second["entries"])
+    # nothing of the kernels is traced again: what is left is the host layer's small ops
+    assert second["traced_s"] < 0.25 * first["traced_s"]
+    # a helper of the model changed in between: its kernel is traced anew, the others not
+    changed = run(speed="2.0 * x")
+    assert changed["S"] != first["S"]
+    assert changed["ranks"] == first["ranks"]
+    assert len(list(files[0].parent.glob("*.jaxexport"))) == len(files) + 1
+
+
+def test_without_a_cache_folder_there_is_nothing_to_keep():
+    # the suite runs with JAXIDENT_CACHE=0 (see conftest.py): kernels are called as they are
+    assert os.environ.get("JAXIDENT_CACHE") == "0" and _exported._folder() is None
