@@ -33,6 +33,7 @@ import types
 
 import equinox as eqx
 import jax
+import numpy as np
 
 from ._context import on_error_mode
 
@@ -84,7 +85,9 @@ def _environment() -> str:
 
 
 def _code(co: types.CodeType) -> tuple:
-    consts = tuple(_code(c) if isinstance(c, types.CodeType) else _value(c) for c in co.co_consts)
+    consts = tuple(
+        _code(c) if isinstance(c, types.CodeType) else _value(c, True) for c in co.co_consts
+    )
     return (co.co_code.hex(), co.co_names, co.co_varnames, co.co_freevars, consts)
 
 
@@ -108,19 +111,19 @@ def _function(f) -> tuple:
     if f in _FUNCTIONS:
         return _FUNCTIONS[f]
     _FUNCTIONS[f] = ("fn", f.__module__, f.__qualname__, "(recursive)")  # for cycles
-    cells = tuple(_value(c.cell_contents) for c in (f.__closure__ or ()))
+    cells = tuple(_value(c.cell_contents, True) for c in (f.__closure__ or ()))
     used = []
     for name in sorted(_names(f.__code__)):
         if name in f.__globals__:
             v = f.__globals__[name]
-            used.append((name, v.__name__ if isinstance(v, types.ModuleType) else _value(v)))
+            used.append((name, v.__name__ if isinstance(v, types.ModuleType) else _value(v, True)))
     out = (
         "fn",
         f.__module__,
         f.__qualname__,
         _code(f.__code__),
-        _value(f.__defaults__),
-        _value(f.__kwdefaults__),
+        _value(f.__defaults__, True),
+        _value(f.__kwdefaults__, True),
         cells,
         tuple(used),
     )
@@ -148,38 +151,45 @@ def _class(cls: type) -> tuple:
                 attr = (attr.fget, attr.fset)
             elif isinstance(attr, functools.cached_property):
                 attr = attr.func
-            parts.append((base.__qualname__, name, _value(attr)))
+            parts.append((base.__qualname__, name, _value(attr, True)))
     out = ("cls", cls.__module__, cls.__qualname__, tuple(parts))
     _CLASSES[cls] = out
     return out
 
 
-def _value(x):
+def _value(x, const: bool = False):
     """A fingerprint of `x` that is equal in two processes exactly when `x` would trace
-    the same; arrays count by shape and dtype (they are the kernel's inputs)."""
+    the same. Arrays count by shape and dtype where they are the kernel's inputs, by
+    value where they are constants of the trace (`const`: in a class, a function's
+    globals, closure or defaults, a static object)."""
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
         return (type(x).__name__, repr(x))
     if isinstance(x, jax.Array) or eqx.is_array(x):
         weak = getattr(x, "weak_type", False)
+        if const:
+            data = hashlib.sha256(np.ascontiguousarray(np.asarray(x)).tobytes()).hexdigest()
+            return ("constant", tuple(x.shape), str(x.dtype), data)
         return ("array", tuple(x.shape), str(x.dtype), weak)
     if isinstance(x, (tuple, list)):
-        return (type(x).__name__, tuple(_value(v) for v in x))
+        return (type(x).__name__, tuple(_value(v, const) for v in x))
     if isinstance(x, dict):
-        return ("dict", tuple((_value(k), _value(v)) for k, v in x.items()))
+        return ("dict", tuple((_value(k, const), _value(v, const)) for k, v in x.items()))
     if isinstance(x, (set, frozenset)):
-        return ("set", tuple(sorted(repr(_value(v)) for v in x)))
+        return ("set", tuple(sorted(repr(_value(v, const)) for v in x)))
     if isinstance(x, type):
         return _class(x)
     if isinstance(x, types.FunctionType):
         return _function(x)
     if isinstance(x, types.MethodType):
-        return ("method", _function(x.__func__), _value(x.__self__))
+        return ("method", _function(x.__func__), _value(x.__self__, True))
     if isinstance(x, functools.partial):
-        return ("partial", _value(x.func), _value(x.args), _value(x.keywords))
+        return ("partial", _value(x.func, True), _value(x.args, True), _value(x.keywords, True))
     if isinstance(x, enum.Enum):
         return ("enum", _class(type(x)), x.name)
     if dataclasses.is_dataclass(x):  # equinox modules among them
-        fields = tuple((f.name, _value(getattr(x, f.name, None))) for f in dataclasses.fields(x))
+        fields = tuple(
+            (f.name, _value(getattr(x, f.name, None), const)) for f in dataclasses.fields(x)
+        )
         return ("dataclass", _class(type(x)), fields)
     if type(x).__module__.split(".")[0] == "sympy":
         import sympy

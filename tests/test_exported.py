@@ -70,10 +70,12 @@ def test_the_key_sees_code_and_static_values_but_not_array_values():
         _key(_decay(factor="2.0")),  # the method's code
         _key(_decay(speed="x**2")),  # a function it calls
         _key(_decay(rate="2.0")),  # a module-level constant it reads
+        _key(_decay(rate="jnp.array(1.0)")),  # constant arrays count by value
+        _key(_decay(rate="jnp.array(2.0)")),
         _key(_decay(), times=jnp.linspace(0.5, 4.0, 9)),  # a shape
         _key(_decay(), rtol=1e-9),  # a static value
     ]
-    assert len({base, *changed}) == 6
+    assert len({base, *changed}) == 8
 
 
 def test_an_unknown_static_object_means_no_key():
