@@ -64,15 +64,15 @@ def run_kernel(kernel, *args, throw: bool, message):
     NaN (which the kernel's status flags then report), so the program has no host
     callback. JAX's persistent cache can store it, and a second process loads it instead
     of compiling; `_exported.call` keeps it lowered as well, so that a second process
-    does not trace it either. `message(result)` then gives the error message of a failed call (or
-    `None`), raised here as an `EquinoxRuntimeError`. Without `throw`, or under a
-    caller's trace, the kernel runs as it is (its checks compiled in).
+    does not trace it either. `message(result)` then gives the error message of a
+    failed call (or `None`), raised here as an `EquinoxRuntimeError`. Without `throw`,
+    or under a caller's trace, the kernel runs as it is (its checks compiled in).
 
     **Returns:** the kernel's result.
     """
     if not throw or is_traced(args):
         return kernel(*args, throw)
-    from . import _exported
+    from . import _exported  # (not at the top: it imports this module)
 
     with _equinox_checks_as_nan():
         out = _exported.call(kernel, *args, DEFERRED)

@@ -226,9 +226,8 @@ class _Slot:
 class _Entry:
     def __init__(self, exported, skeleton):
         self.call = jax.jit(exported.call)
-        leaves, self.treedef = jax.tree.flatten(skeleton)
-        self.leaves = leaves
-        self.slots = [(j, x.i) for j, x in enumerate(leaves) if isinstance(x, _Slot)]
+        self.leaves, self.treedef = jax.tree.flatten(skeleton)
+        self.slots = [(j, x.i) for j, x in enumerate(self.leaves) if isinstance(x, _Slot)]
 
     def __call__(self, dynamic):
         out = self.call(*dynamic)
