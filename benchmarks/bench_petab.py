@@ -154,6 +154,8 @@ def ecoli(n_jax: int, n_scipy: int) -> dict:
             cols.append((outputs(up) - outputs(down)) / (2 * h))
         return np.stack(cols, axis=1)
 
+    if n_scipy == 0:  # `--ecoli N 0`: jaxident's rows only
+        return out
     outputs(samples[0])  # compile the jitted pieces
     t = time.perf_counter()
     S_fd = [fd(th) for th in samples[:n_scipy]]

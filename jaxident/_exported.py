@@ -35,6 +35,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from ._config import compiler_options
 from ._context import on_error_mode
 
 
@@ -223,28 +224,10 @@ class _Slot:
         self.i = i
 
 
-# XLA's CPU fusion emitters (the default since jax 0.5) compile a large kernel's many
-# small fusions one by one: without them the E. coli sensitivity kernel compiles in 14 s
-# instead of 21-23 s and runs 9% slower (0.97 s against 0.89 s). An entry point is
-# called a few times per analysis, so compile time is what counts there; sweeps, which
-# run a kernel thousands of times, keep the default.
-_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-
-
-@functools.cache
-def _cpu_options() -> dict:
-    """`_CPU_OPTIONS` if this XLA knows them (checked once, on a trivial program)."""
-    try:
-        jax.jit(lambda x: x + 1, compiler_options=_CPU_OPTIONS).lower(1.0).compile()
-    except Exception:  # an XLA without that option
-        return {}
-    return _CPU_OPTIONS
-
-
 def _compiled(exported):
-    """The jitted call of `exported`, with `_cpu_options()` for a CPU program."""
-    options = _cpu_options() if exported.platforms == ("cpu",) else {}
-    return jax.jit(exported.call, compiler_options=options or None)
+    """The jitted call of `exported`, compiled with `compiler_options` for its platform."""
+    options = compiler_options(exported.platforms[0]) if len(exported.platforms) == 1 else None
+    return jax.jit(exported.call, compiler_options=options)
 
 
 class _Entry:

@@ -15,6 +15,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 
+from ._config import compiler_options
 from ._context import no_throw
 from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
 
@@ -136,7 +137,7 @@ def _compiled_for(fn, okfn, first, mesh):
     with no_throw():
         jitted = jax.jit(chunk, in_shardings=(replicated, split), out_shardings=split)
         lowered = jitted.lower(arrays, first)
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options(mesh.devices.flat[0].platform))
     entry = (compiled, lowered.out_info, LazyFingerprint(lowered))
     if key is not None:
         _COMPILED[key] = entry

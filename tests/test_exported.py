@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jaxident as ji
-from jaxident import _exported
+from jaxident import _config, _exported, _sweep
 from jaxident._sensitivity import _sensitivity
 
 
@@ -87,10 +87,10 @@ def test_an_unknown_static_object_means_no_key():
     assert _exported._key(_sensitivity, args) is None
 
 
-def test_entry_points_compile_with_the_cpu_options(monkeypatch):
-    """A kept kernel is compiled with `_cpu_options()` (fusion emitters off on a CPU: the
-    E. coli sensitivity compiles in 14 s instead of 21-23 s); an XLA that does not know
-    an option gets none instead of failing."""
+def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
+    """A kept kernel and a sweep are compiled with `compiler_options` (fusion emitters
+    off on a CPU: the E. coli sensitivity compiles in 14 s instead of 21-23 s); an XLA
+    that does not know an option gets none instead of failing."""
 
     @eqx.filter_jit
     def kernel(x, scale):
@@ -99,23 +99,31 @@ def test_entry_points_compile_with_the_cpu_options(monkeypatch):
     x = jnp.linspace(0.0, 1.0, 7)
     exported, skeleton = _exported._export(kernel, (x, 2.0))
     if jax.default_backend() == "cpu":
-        assert _exported._cpu_options() == {"xla_cpu_use_fusion_emitters": False}
+        assert _config.compiler_options("cpu") == {"xla_cpu_use_fusion_emitters": False}
     np.testing.assert_allclose(_exported._Entry(exported, skeleton)([x]), kernel(x, 2.0),
                                rtol=1e-15)  # fmt: skip
-    # the options reach the compiler: an unknown one fails the compile
+    # the options reach the compiler: an unknown one fails the compile, of a kept kernel
+    # and of a sweep's chunk
     unknown = {"xla_no_such_option": False}
-    monkeypatch.setattr(_exported, "_cpu_options", lambda: unknown)
-    if exported.platforms == ("cpu",):
-        with pytest.raises(Exception, match="xla_no_such_option"):
-            _exported._Entry(exported, skeleton)([x])
+    monkeypatch.setattr(_exported, "compiler_options", lambda platform: unknown)
+    monkeypatch.setattr(_sweep, "compiler_options", lambda platform: unknown)
+    with pytest.raises(Exception, match="xla_no_such_option"):
+        _exported._Entry(exported, skeleton)([x])
+    with pytest.raises(Exception, match="xla_no_such_option"):
+        ji.sweep(lambda th: jnp.sin(th) * 3.0, jnp.ones((4, 2)), progress=False)
     monkeypatch.undo()
     # ... so only options this XLA knows are used
-    monkeypatch.setattr(_exported, "_CPU_OPTIONS", unknown)
-    _exported._cpu_options.cache_clear()
+    monkeypatch.setattr(_config, "_CPU_OPTIONS", unknown)
+    _config._cpu_options.cache_clear()
     try:
-        assert _exported._cpu_options() == {}
+        assert _config.compiler_options("cpu") is None
+        monkeypatch.undo()
+        monkeypatch.setenv("JAXIDENT_FUSION_EMITTERS", "1")  # XLA's default asked for
+        _config._cpu_options.cache_clear()
+        assert _config.compiler_options("cpu") is None
     finally:
-        _exported._cpu_options.cache_clear()
+        monkeypatch.undo()
+        _config._cpu_options.cache_clear()
 
 
 def test_pivoted_qr_is_kept_and_host_callbacks_never():
@@ -149,7 +157,7 @@ _PROCESS = textwrap.dedent(
         lambda name, d, **kw: traces.append(d) if name.endswith("jaxpr_trace_duration") else None
     )
     import jaxident as ji
-    from jaxident import _exported
+    from jaxident import _config, _exported, _sweep
     sys.path.insert(0, sys.argv[1])
     from user_model import Decay
     d = Decay()
