@@ -3,6 +3,7 @@ jittable and vmappable), and the same Levenberg-Marquardt fit as three kernels t
 host loop runs a few steps at a time (progress and Ctrl-C between them). Jacobians come
 from the sensitivity engine (`forward_sensitivities`), as `ji.sensitivity`'s do."""
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,6 +16,7 @@ from jaxtyping import Array
 
 from ._forward import forward_sensitivities
 from ._measurements import box_transform, near_bound
+from ._model import Integrator, SensitivityEquations
 from ._simulate import solve
 from ._solvers import LevenbergMarquardt, OptaxLD
 
@@ -26,15 +28,24 @@ class _Model(NamedTuple):
     """The model seen by a fit: outputs at `theta`, the parameters at the unknowns `z`
     (held ones at `theta0`), and the outputs with their derivatives along the columns
     of `M`, by the integrator's sensitivity method (the sensitivity equations inside
-    the error test, by default: the Jacobian's error is controlled; under `ji.Rodas4`
-    a 121-column E. coli Jacobian costs half of `jacfwd` through the solve, under
-    `diffrax.Kvaerno3` about the same)."""
+    the error test, by default: the estimate's Jacobian has a controlled error; under
+    `ji.Rodas4` a 121-column E. coli Jacobian costs half of `jacfwd` through the solve,
+    under `diffrax.Kvaerno3` about the same). `step_sensitivities` are those of the
+    Jacobians that only steer the steps: the sensitivity equations on the state's own
+    steps (`SensitivityEquations(error_control=False)`), a third of the cost on E. coli."""
 
     outputs: Callable
     params: Callable
     sensitivities: Callable
+    step_sensitivities: Callable
     z0: Array
     dtheta_dz: Callable
+
+
+def _steering(integ: Integrator) -> Integrator:
+    if isinstance(integ.sensitivity, SensitivityEquations):
+        return eqx.tree_at(lambda i: i.sensitivity, integ, SensitivityEquations(False))
+    return integ
 
 
 def _fit_model(model, times, theta0, free, lower, upper, bounded, integ) -> _Model:
@@ -46,14 +57,15 @@ def _fit_model(model, times, theta0, free, lower, upper, bounded, integ) -> _Mod
     def params(z):
         return jnp.where(free, to_theta(z), theta0)
 
-    def sensitivities(theta, M):
+    def sensitivities(theta, M, integ=integ):
         y, Y, _ = forward_sensitivities(model, theta, times, integ, M)
         return y, Y
 
     def dtheta_dz(z):  # the change of variables is elementwise
         return jnp.where(free, jax.jvp(to_theta, (z,), (jnp.ones_like(z),))[1], 0.0)
 
-    return _Model(outputs, params, sensitivities, z0, dtheta_dz)
+    steer = functools.partial(sensitivities, integ=_steering(integ))
+    return _Model(outputs, params, sensitivities, steer, z0, dtheta_dz)
 
 
 def _residual_fn(fm: _Model, data, sigma, lm):
@@ -72,7 +84,7 @@ def _jacobian_fn(fm: _Model, sigma):
     parameters), from the sensitivities along `diag(dtheta/dz)`."""
 
     def jacobian(z, _):
-        _, Y = fm.sensitivities(fm.params(z), jnp.diag(fm.dtheta_dz(z)))
+        _, Y = fm.step_sensitivities(fm.params(z), jnp.diag(fm.dtheta_dz(z)))
         return Y / sigma[:, None]
 
     return jacobian

@@ -167,19 +167,28 @@ class _SwitchLocating(AbstractControllerWrapper):
         return keep, next_t0, next_t1, made_jump, state, result
 
 
+def _state_norm(error) -> Array:
+    """The error norm of the state alone, for `(z, Z)` (sensitivities outside the test)."""
+    return optx.rms_norm(error[0])
+
+
 def _controller(model, integrator, th, f, z0, theta, times):
     """The integrator's controller, stepping onto the model's declared switching times
     and, for an ODE model whose right-hand side uses `nabs`/`nmax`/`nmin`/`nmid`, onto
     its kinks in the state or in time. Such a model also steps onto the observation
-    times, so that no output is interpolated across a kink."""
+    times, so that no output is interpolated across a kink. The error test covers the
+    tangents unless the integrator's `SensitivityEquations(error_control=False)`."""
     jumps = switching_times(model, th)
+    control = integrator.sensitivity.error_control
+    norm = optx.rms_norm if control else _state_norm
     if isinstance(model, DAEModel):
-        return integrator.controller(jumps, times=times)  # kinks in the Newton solve: not located
+        # kinks in the Newton solve: not located
+        return integrator.controller(jumps, times=times, norm=norm)
     with record_switches() as found:
         f(jnp.asarray(model.t0, z0.dtype), z0, theta)
     if not found:
-        return integrator.controller(jumps, times=times)
-    inner = integrator.controller(jumps, times)
+        return integrator.controller(jumps, times=times, norm=norm)
+    inner = integrator.controller(jumps, times, norm=norm)
     if not isinstance(inner, diffrax.AbstractAdaptiveStepSizeController):
         return inner
 
