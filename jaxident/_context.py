@@ -38,17 +38,31 @@ def on_error_mode() -> str | None:
 @contextlib.contextmanager
 def _equinox_checks_as_nan():
     """Trace equinox's run-time checks (`error_if`) as NaN instead of host callbacks
-    (equinox's `EQX_ON_ERROR=nan`); a user's `EQX_ON_ERROR=breakpoint` is kept."""
+    (equinox's `EQX_ON_ERROR=nan`); a user's `EQX_ON_ERROR=breakpoint` is kept.
+
+    Equinox reads `EQX_ON_ERROR` while tracing a check, inside a jitted function of its
+    own whose traces JAX keeps by its arguments: a check traced once as a host callback
+    (the order of a diffrax solve's save times, say) would be reused as one here. So
+    here the mode is passed to that function as its argument, which gives it traces of
+    its own."""
     import equinox._errors as eqx_errors
 
     mode = on_error_mode()
-    if mode == "raise":
-        eqx_errors.EQX_ON_ERROR = "nan"
+    if mode != "raise":
+        yield
+        return
+    impl = eqx_errors.branched_error_if_impl_jit
+
+    def as_nan(x, pred, index, msgs, *, on_error):
+        return impl(x, pred, index, msgs, on_error="nan" if on_error == "default" else on_error)
+
+    eqx_errors.EQX_ON_ERROR = "nan"
+    eqx_errors.branched_error_if_impl_jit = as_nan
     try:
         yield
     finally:
-        if mode == "raise":
-            eqx_errors.EQX_ON_ERROR = mode
+        eqx_errors.EQX_ON_ERROR = mode
+        eqx_errors.branched_error_if_impl_jit = impl
 
 
 # The `throw` of a kernel whose checks the host makes (see `run_kernel`): the kernel
@@ -88,6 +102,18 @@ def callback_free(*args):
     if is_traced(args):
         return contextlib.nullcontext()
     return _equinox_checks_as_nan()
+
+
+def call_kept(kernel, *args):
+    """`kernel(*args)` for a kernel that reports failures in its result (no check of its
+    own), inside `callback_free`: with concrete arguments through its kept copy
+    (`_exported.call`: compiled with the CPU options, lowered once for every process),
+    under a caller's trace as it is."""
+    if is_traced(args):
+        return kernel(*args)
+    from . import _exported  # (not at the top: it imports this module)
+
+    return _exported.call(kernel, *args)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_model, check_theta, check_times, n_outputs
-from ._context import callback_free, clean_errors, is_traced
+from ._context import call_kept, callback_free, clean_errors, is_traced
 from ._fit import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._linalg._rank import RelativeTolerance
 from ._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
@@ -198,7 +198,7 @@ class LeastSquares(eqx.Module):
         args = (self.model, self.data, self.sigma, self.times, theta0, free, self.lower,
                 self.upper, self.bounded, solver, max_steps, self.integrator)  # fmt: skip
         with callback_free(*args):  # its status is `result`: no check needs a callback
-            return self._estimate(theta0, free, fit_kernel(*args))
+            return self._estimate(theta0, free, call_kept(fit_kernel, *args))
 
     def fit_in_chunks(self, theta0, free, solver: LevenbergMarquardt, max_steps: int,
                       report=None, chunk: int = 5) -> Estimate:  # fmt: skip
@@ -209,14 +209,16 @@ class LeastSquares(eqx.Module):
         free = free_mask(self.model, free)
         theta0 = jnp.asarray(theta0, float)
         with callback_free(self, theta0, free, solver):
-            z, state = lm_begin(self, theta0, free, solver)
+            z, state = call_kept(lm_begin, self, theta0, free, solver)
             steps = jnp.asarray(0)
             while not bool(state.done | state.failed) and int(steps) < max_steps:
                 until = jnp.asarray(min(int(steps) + chunk, max_steps))
-                z, state, steps = lm_advance(self, theta0, free, solver, z, state, steps, until)
+                args = (self, theta0, free, solver, z, state, steps, until)
+                z, state, steps = call_kept(lm_advance, *args)
                 if report is not None:
                     report(int(steps), float(state.cost))
-            out = lm_finish(self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
+            args = (self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
+            out = call_kept(lm_finish, *args)
         return self._estimate(theta0, free, out)
 
     def _estimate(self, theta0, free, kernel_out) -> Estimate:

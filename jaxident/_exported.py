@@ -33,6 +33,7 @@ import types
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._config import compiler_options
@@ -230,6 +231,15 @@ def _compiled(exported):
     return jax.jit(exported.call, compiler_options=options)
 
 
+def _settled(a):
+    """`a` committed to its device and not weakly typed: a jitted call compiles anew for
+    an array that differs from the last only in these (a step count that is
+    `jnp.asarray(0)` at the first call and a kernel's output at the next)."""
+    if a.weak_type:
+        a = jnp.asarray(a, a.dtype)
+    return a if a.committed else jax.device_put(a, next(iter(a.devices())))
+
+
 class _Entry:
     def __init__(self, exported, skeleton):
         self.call = _compiled(exported)
@@ -311,7 +321,12 @@ def call(kernel, *args):
     callbacks inside), through a `jax.export`ed copy kept on disk beside the persistent
     compilation cache; a plain call where there is no cache or no key."""
     folder = _folder()
-    key = None if folder is None else _key(kernel, args)
+    if folder is None:
+        return kernel(*args)
+    # keyed, traced and called with settled arrays: the same in every process, whether
+    # an array was made by `jnp.asarray` or returned by a kernel loaded from disk
+    args = jax.tree.map(lambda a: _settled(a) if isinstance(a, jax.Array) else a, args)
+    key = _key(kernel, args)
     if key is None:
         return kernel(*args)
     entry = _MEMORY.get(key)

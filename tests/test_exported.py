@@ -149,6 +149,44 @@ def test_pivoted_qr_is_kept_and_host_callbacks_never():
         _exported._export(called_back, (jnp.ones(3), 2.0))
 
 
+def test_a_kept_kernel_compiles_once_for_fresh_and_returned_arrays(tmp_path, monkeypatch):
+    """A chunked loop passes `jnp.asarray(0)` (uncommitted, weakly typed) first and the
+    kernel's own output (committed) after: one key and one compilation serve both (in a
+    second process too, where the outputs come from the kernel loaded from disk)."""
+
+    @eqx.filter_jit
+    def advance(x, k):
+        return x * 2.0, k + 1
+
+    monkeypatch.setattr(_exported, "_folder", lambda: tmp_path)
+    monkeypatch.setattr(_exported, "_MEMORY", {})
+    x, k = _exported.call(advance, jnp.ones(3), jnp.asarray(0))
+    for _ in range(2):
+        x, k = _exported.call(advance, x, k)
+    np.testing.assert_array_equal(np.asarray(x), 8.0 * np.ones(3))
+    (entry,) = _exported._MEMORY.values()  # one key
+    assert int(k) == 3 and entry.call._cache_size() == 1  # one compilation
+
+
+def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
+    """An equinox check traced first as a host callback is traced as NaN inside
+    `callback_free` (else a fit kernel could not be kept after, say, a simulation had
+    traced the same diffrax check), and as a callback again after it."""
+    from jaxident._context import callback_free
+
+    def check(x):
+        return eqx.error_if(x, x < 0, "negative")
+
+    def traced():  # a new caller each time, the same check inside (as diffrax's)
+        return str(jax.make_jaxpr(lambda x: check(x) + 1.0)(1.0))
+
+    before = traced()
+    with callback_free(jnp.ones(2)):
+        inside = traced()
+    after = traced()
+    assert "callback" in before and "callback" not in inside and "callback" in after
+
+
 _PROCESS = textwrap.dedent(
     """
     import json, sys, jax
