@@ -86,10 +86,8 @@ def run_kernel(kernel, *args, throw: bool, message):
     """
     if not throw or is_traced(args):
         return kernel(*args, throw)
-    from . import _exported  # (not at the top: it imports this module)
-
     with _equinox_checks_as_nan():
-        out = _exported.call(kernel, *args, DEFERRED)
+        out = call_kept(kernel, *args, DEFERRED)
     text = message(out)
     if text:
         raise eqx.EquinoxRuntimeError(text)

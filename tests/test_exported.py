@@ -195,7 +195,7 @@ _PROCESS = textwrap.dedent(
         lambda name, d, **kw: traces.append(d) if name.endswith("jaxpr_trace_duration") else None
     )
     import jaxident as ji
-    from jaxident import _config, _exported, _sweep
+    from jaxident import _exported
     sys.path.insert(0, sys.argv[1])
     from user_model import Decay
     d = Decay()
