@@ -41,7 +41,7 @@ from ._model import (
     SensitivityEquations,
 )
 from ._nonsmooth import ld_jvp, record_switches
-from ._rosenbrock import Rodas4
+from ._rosenbrock import Rodas4, traced_once
 from ._simulate import _switching_times as switching_times, solve, Solved
 
 
@@ -242,20 +242,21 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         tt, Ms_ = args
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(vf),
-        _staggered(integrator.solver),
-        t0=model.t0,
-        t1=times[-1],
-        dt0=integrator.dt0,
-        y0=(z0, Z0),
-        args=(theta, Ms),
-        saveat=diffrax.SaveAt(ts=times),
-        stepsize_controller=_controller(model, integrator, th, f, z0, theta, times),
-        adjoint=diffrax.RecursiveCheckpointAdjoint(),
-        max_steps=integrator.max_steps,
-        throw=False,
-    )
+    with traced_once(_staggered(integrator.solver)) as solver:
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(vf),
+            solver,
+            t0=model.t0,
+            t1=times[-1],
+            dt0=integrator.dt0,
+            y0=(z0, Z0),
+            args=(theta, Ms),
+            saveat=diffrax.SaveAt(ts=times),
+            stepsize_controller=_controller(model, integrator, th, f, z0, theta, times),
+            adjoint=diffrax.RecursiveCheckpointAdjoint(),
+            max_steps=integrator.max_steps,
+            throw=False,
+        )
     zs, Zs = sol.ys
 
     def observe(t, z, Z):

@@ -19,6 +19,7 @@ from ._forward import accuracy, forward_sensitivities
 from ._model import AbstractModel, Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
 from ._problem import Problem, unscale
+from ._rosenbrock import traced_once
 from ._sensitivity import Sensitivity
 from ._simulate import solve
 from ._solvers import LevenbergMarquardt
@@ -55,21 +56,22 @@ class _Preequilibrated(ODEModel):
         _, pre = self._split(theta)
         x0 = self.inner.initial_state(pre)
         ig = self.integrator_
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lambda t, x, a: self.inner.vector_field(t, x, a)),
-            ig.solver,
-            t0=self.inner.t0,
-            t1=jnp.inf,
-            dt0=1e-3,
-            y0=x0,
-            args=pre,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=ig.rtol, atol=ig.atol),
-            event=diffrax.Event(diffrax.steady_state_event(rtol=ig.rtol, atol=ig.atol)),
-            adjoint=diffrax.ForwardMode(),
-            max_steps=ig.max_steps,
-            throw=False,
-        )
+        with traced_once(ig.solver) as solver:
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(lambda t, x, a: self.inner.vector_field(t, x, a)),
+                solver,
+                t0=self.inner.t0,
+                t1=jnp.inf,
+                dt0=1e-3,
+                y0=x0,
+                args=pre,
+                saveat=diffrax.SaveAt(t1=True),
+                stepsize_controller=diffrax.PIDController(rtol=ig.rtol, atol=ig.atol),
+                event=diffrax.Event(diffrax.steady_state_event(rtol=ig.rtol, atol=ig.atol)),
+                adjoint=diffrax.ForwardMode(),
+                max_steps=ig.max_steps,
+                throw=False,
+            )
         ok = diffrax.is_okay(sol.result)
         return jnp.where(ok, sol.ys[-1], jnp.nan)
 

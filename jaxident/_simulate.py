@@ -15,6 +15,7 @@ from ._checks import check_model, check_theta, check_times
 from ._context import clean_errors, resolve_throw, run_kernel
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
+from ._rosenbrock import traced_once
 
 
 class Trajectory(eqx.Module):
@@ -93,19 +94,20 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
 @eqx.filter_jit
 def _stopped_at(model, theta, t1, integrator):
     th = model.parameters.view(theta)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args)),
-        integrator.solver,
-        t0=model.t0,
-        t1=t1,
-        dt0=integrator.dt0,
-        y0=model.initial_state(th),
-        args=th,
-        saveat=diffrax.SaveAt(t1=True),
-        stepsize_controller=integrator.controller(_switching_times(model, th)),
-        max_steps=integrator.max_steps,
-        throw=False,
-    )
+    with traced_once(integrator.solver) as solver:
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args)),
+            solver,
+            t0=model.t0,
+            t1=t1,
+            dt0=integrator.dt0,
+            y0=model.initial_state(th),
+            args=th,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=integrator.controller(_switching_times(model, th)),
+            max_steps=integrator.max_steps,
+            throw=False,
+        )
     t = sol.ts[-1]
     x = jax.tree.map(lambda a: a[-1], sol.ys)
     return t, x, model.vector_field(t, x, th), sol.result == diffrax.RESULTS.successful
@@ -168,20 +170,21 @@ def solve(
         term = diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args))
         y0 = model.initial_state(th)
         init_ok = jnp.asarray(True)
-    sol = diffrax.diffeqsolve(
-        term,
-        integrator.solver,
-        t0=model.t0,
-        t1=times[-1],
-        dt0=integrator.dt0,
-        y0=y0,
-        args=th,
-        saveat=diffrax.SaveAt(ts=times),
-        stepsize_controller=integrator.controller(_switching_times(model, th), times=times),
-        adjoint=adjoint,
-        max_steps=integrator.max_steps,
-        throw=False,
-    )
+    with traced_once(integrator.solver) as solver:
+        sol = diffrax.diffeqsolve(
+            term,
+            solver,
+            t0=model.t0,
+            t1=times[-1],
+            dt0=integrator.dt0,
+            y0=y0,
+            args=th,
+            saveat=diffrax.SaveAt(ts=times),
+            stepsize_controller=integrator.controller(_switching_times(model, th), times=times),
+            adjoint=adjoint,
+            max_steps=integrator.max_steps,
+            throw=False,
+        )
     if isinstance(model, DAEModel):
         xs, w_guess = sol.ys
         ys, ws, alg_ok = dae_outputs(model, sol.ts, xs, w_guess, th, integrator)

@@ -1,6 +1,7 @@
 """ji.Rodas4 against closed forms and SciPy: its order, its stiff stability, and the
 accuracy of its solutions at the tolerance asked for."""
 
+import contextlib
 import functools
 
 import diffrax
@@ -170,3 +171,51 @@ def test_looped_stages_equal_unrolled(monkeypatch):
     looped = run()
     assert int(looped.stats["num_steps"]) == int(unrolled.stats["num_steps"])
     np.testing.assert_allclose(np.asarray(looped.ys), np.asarray(unrolled.ys), rtol=1e-12)
+
+
+def test_step_traced_once_same_solution_and_gradient(monkeypatch):
+    """Inside `traced_once` diffrax's three traces of a step reuse one; the solution and
+    its gradient (the backward pass traced after the context) are the plain solver's,
+    and the jitted step does not outlive the context."""
+    import gc
+    import weakref
+
+    import jaxident._rosenbrock as rosenbrock
+
+    traces = []
+    step = rosenbrock.Rodas4._step
+    monkeypatch.setattr(rosenbrock.Rodas4, "_step", lambda *a: traces.append(1) or step(*a))
+    k = jnp.array([0.04, 3e7, 1e4])
+    alive = []
+
+    def run(scale, once):
+        plain = ji.Rodas4()
+        with rosenbrock.traced_once(plain) if once else contextlib.nullcontext(plain) as s:
+            if once:
+                alive.append(weakref.ref(s.step_once._ref()))
+            return diffrax.diffeqsolve(
+                diffrax.ODETerm(_robertson),
+                s,
+                0.0,
+                10.0,
+                None,
+                jnp.array([1.0, 0.0, 0.0]),
+                args=k * scale,
+                saveat=diffrax.SaveAt(t1=True),
+                stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-14),
+                max_steps=10_000,
+            ).ys[0, 0]
+
+    out = {}
+    for once in (False, True):
+        traces.clear()
+        value = jax.jit(functools.partial(run, once=once))(1.0)
+        out[once] = (value, len(traces))
+        traces.clear()
+        grad = jax.jit(jax.grad(functools.partial(run, once=once)))(1.0)
+        out[once] += (grad,)
+    assert out[True][1] == 1 < out[False][1]  # diffrax traces a step two or three times
+    np.testing.assert_array_equal(out[True][0], out[False][0])
+    np.testing.assert_allclose(out[True][2], out[False][2], rtol=1e-12)
+    gc.collect()
+    assert alive and not any(r() is not None for r in alive)
