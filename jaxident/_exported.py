@@ -235,7 +235,7 @@ def _settled(a):
     """`a` committed to its device and not weakly typed: a jitted call compiles anew for
     an array that differs from the last only in these (a step count that is
     `jnp.asarray(0)` at the first call and a kernel's output at the next)."""
-    if a.weak_type:
+    if getattr(a, "weak_type", False):  # a typed PRNG key has none
         a = jnp.asarray(a, a.dtype)
     return a if a.committed else jax.device_put(a, next(iter(a.devices())))
 

@@ -168,6 +168,21 @@ def test_a_kept_kernel_compiles_once_for_fresh_and_returned_arrays(tmp_path, mon
     assert int(k) == 3 and entry.call._cache_size() == 1  # one compilation
 
 
+def test_an_entry_point_with_a_prng_key_is_kept(tmp_path, monkeypatch):
+    """A typed PRNG key (`jax.random.key`) is an argument like an array: kept and
+    reloaded with the same result (it has no `weak_type`; reading one failed)."""
+    monkeypatch.setattr(_exported, "_folder", lambda: tmp_path)
+    monkeypatch.setattr(_exported, "_MEMORY", {})
+    m = ji.models.load("brusselator_2d")
+    run = lambda: ji.perturbation_analysis(m, t=1.0, key=jax.random.key(0), q=2,
+                                           wrt="initial_state")  # fmt: skip
+    first = run()
+    assert list(tmp_path.glob("*.jaxexport"))  # kept on disk
+    monkeypatch.setattr(_exported, "_MEMORY", {})  # as a second process: from disk
+    again = run()
+    np.testing.assert_array_equal(np.asarray(first.value), np.asarray(again.value))
+
+
 def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
     """An equinox check traced first as a host callback is traced as NaN inside
     `callback_free` (else a fit kernel could not be kept after, say, a simulation had
