@@ -233,6 +233,10 @@ def traced_once(solver: diffrax.AbstractSolver):
 
     def step_once(terms, t0, t1, y0, args):
         dynamic, static = eqx.partition(terms, eqx.is_array)
+        try:
+            hash(static)
+        except TypeError:  # a term holding something unhashable: traced as usual
+            return solver._step(terms, t0, t1, y0, args)
         return jitted(dynamic, static, t0, t1, y0, args)
 
     yield dataclasses.replace(solver, step_once=_WeakStep(step_once, solver))
