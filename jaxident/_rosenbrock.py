@@ -200,17 +200,23 @@ class _WeakStep:
     """The jitted step of one solve, held weakly: diffrax keeps its solver (with this)
     in the static key of its own jitted `diffeqsolve` long after the solve has been
     traced, and the step's trace should not live as long. A step traced after the
-    context (the backward pass of a checkpointed solve, say) is traced as usual."""
+    context (the backward pass of a checkpointed solve, say), or of terms that cannot
+    be a static argument, is traced as usual."""
 
-    def __init__(self, fn, solver):
-        self._ref = weakref.ref(fn)
+    def __init__(self, jitted, solver):
+        self._ref = weakref.ref(jitted)
         self._solver = solver
 
     def __call__(self, terms, t0, t1, y0, args):
-        fn = self._ref()
-        if fn is None:
+        jitted = self._ref()
+        dynamic, static = eqx.partition(terms, eqx.is_array)
+        try:
+            hash(static)
+        except TypeError:
+            jitted = None
+        if jitted is None:
             return self._solver._step(terms, t0, t1, y0, args)
-        return fn(terms, t0, t1, y0, args)
+        return jitted(dynamic, static, t0, t1, y0, args)
 
 
 @contextlib.contextmanager
@@ -229,14 +235,5 @@ def traced_once(solver: diffrax.AbstractSolver):
     def step(dynamic, static, t0, t1, y0, args):
         return solver._step(eqx.combine(dynamic, static), t0, t1, y0, args)
 
-    jitted = jax.jit(step, static_argnums=1)
-
-    def step_once(terms, t0, t1, y0, args):
-        dynamic, static = eqx.partition(terms, eqx.is_array)
-        try:
-            hash(static)
-        except TypeError:  # a term holding something unhashable: traced as usual
-            return solver._step(terms, t0, t1, y0, args)
-        return jitted(dynamic, static, t0, t1, y0, args)
-
-    yield dataclasses.replace(solver, step_once=_WeakStep(step_once, solver))
+    jitted = jax.jit(step, static_argnums=1)  # alive for the context, held by this frame
+    yield dataclasses.replace(solver, step_once=_WeakStep(jitted, solver))

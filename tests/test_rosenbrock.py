@@ -146,29 +146,30 @@ def test_observation_times_are_step_ends():
     assert getattr(c.inner, "step_ts", None) is None
 
 
+def _robertson_to_10(solver, k, vf=_robertson):
+    """Robertson's problem with rate constants `k` on [0, 10], saved at t = 10."""
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(vf),
+        solver,
+        0.0,
+        10.0,
+        None,
+        jnp.array([1.0, 0.0, 0.0]),
+        args=k,
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-14),
+        max_steps=10_000,
+    )
+
+
 def test_looped_stages_equal_unrolled(monkeypatch):
     """Large systems loop over the stages (compiled once) instead of unrolling them:
     the same method, to rounding."""
     import jaxident._rosenbrock as rosenbrock
 
     k = jnp.array([0.04, 3e7, 1e4])
-
-    def run():
-        return diffrax.diffeqsolve(
-            diffrax.ODETerm(_robertson),
-            ji.Rodas4(),
-            0.0,
-            10.0,
-            None,
-            jnp.array([1.0, 0.0, 0.0]),
-            args=k,
-            stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-14),
-            max_steps=10_000,
-        )
-
-    unrolled = run()
+    unrolled = _robertson_to_10(ji.Rodas4(), k)
     monkeypatch.setattr(rosenbrock, "_UNROLL_SIZE", 0)
-    looped = run()
+    looped = _robertson_to_10(ji.Rodas4(), k)
     assert int(looped.stats["num_steps"]) == int(unrolled.stats["num_steps"])
     np.testing.assert_allclose(np.asarray(looped.ys), np.asarray(unrolled.ys), rtol=1e-12)
 
@@ -193,18 +194,9 @@ def test_step_traced_once_same_solution_and_gradient(monkeypatch):
         with rosenbrock.traced_once(plain) if once else contextlib.nullcontext(plain) as s:
             if once:
                 alive.append(weakref.ref(s.step_once._ref()))
-            return diffrax.diffeqsolve(
-                diffrax.ODETerm(_robertson),
-                s,
-                0.0,
-                10.0,
-                None,
-                jnp.array([1.0, 0.0, 0.0]),
-                args=k * scale,
-                saveat=diffrax.SaveAt(t1=True),
-                stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-14),
-                max_steps=10_000,
-            ).ys[0, 0]
+            # a new right-hand side: diffrax's own jit must trace, not reuse a trace
+            vf = lambda t, y, a: _robertson(t, y, a)
+            return _robertson_to_10(s, k * scale, vf).ys[0, 0]
 
     out = {}
     for once in (False, True):
