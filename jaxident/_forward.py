@@ -43,6 +43,7 @@ from ._model import (
 from ._nonsmooth import ld_jvp, record_switches
 from ._rosenbrock import Rodas4, traced_once
 from ._simulate import _switching_times as switching_times, solve, Solved
+from ._transforms import time_warped
 
 
 class _ChordState(eqx.Module):
@@ -209,6 +210,7 @@ def _column_scale(theta: Array, M: Array) -> Array:
 def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M):
     """Integrate `(z, Z)`; return the flat outputs, their LD-derivatives `(rows, k)` and
     the `Solved` record of the state."""
+    model = time_warped(model, model.parameters.view(theta))
     view = model.parameters.view
     th = view(theta)
     c = _column_scale(theta, M)

@@ -14,7 +14,14 @@ from ._checks import check_theta
 from ._identify._css import select_parameters
 from ._identify._estimability import estimability
 from ._linalg._css._srrqr import StrongRRQR
-from ._linalg._rank import AbstractRankRule, near_threshold, RelativeTolerance, with_accuracy
+from ._linalg._rank import (
+    _decision,
+    AbstractRankRule,
+    near_threshold,
+    RelativeTolerance,
+    support_threshold,
+    with_accuracy,
+)
 from ._model import AbstractModel
 from ._predict import problem_sensitivity, profile_problem
 from ._problem import Experiment, Problem, unscale
@@ -163,6 +170,48 @@ def _moved(problem, th, size: float = 1.0):
     return np.asarray(out)
 
 
+def _practical(S, th, scales, keep, rank, threshold):
+    """Standard deviations (estimation units) and weak directions from the Fisher
+    information `S^T S` of the columns `keep`, in decades of each parameter.
+
+    The SVD of the equilibrated columns (never `S^T S`, which squares the condition
+    number and rounds a small eigenvalue to zero or below) splits the directions into
+    those the rank rule resolves and those it does not. The covariance is the inverse on
+    the resolved subspace; a parameter with a component above the noise level
+    (`support_threshold`) in an unresolved direction has std inf, and one below it is
+    not touched by that direction: a near-null direction never spreads inf to every
+    parameter."""
+    p = len(th)
+    std = np.full(p, np.inf)
+    if not keep:
+        return std, []
+    per_decade = decades(np.ones(p), th, scales)
+    G = np.where(per_decade > 0, 1 / per_decade, 1.0)[keep]  # estimation units per decade
+    A = S[:, keep] * G[None, :]  # columns in decades
+    c = np.linalg.norm(A, axis=0)
+    c = np.where(c > 0, c, 1.0)
+    _, s, Vt = np.linalg.svd(A / c, full_matrices=True)
+    s = np.concatenate([s, np.zeros(len(keep) - s.size)])
+    k = int(_decision(rank, s, A.shape)[0]) if s[0] > 0 else 0
+    W = Vt[:k].T / s[:k] / c[:, None]  # covariance = W W^T, in decades
+    dec = np.sqrt(np.sum(W**2, axis=1))
+    unresolved = np.linalg.norm(Vt[k:].T, axis=1) if k < len(keep) else np.zeros(len(keep))
+    dec[unresolved > support_threshold(rank, s, A.shape)] = np.inf
+    std[keep] = dec * G
+    weak = []
+    P, sd, _ = np.linalg.svd(W, full_matrices=False)  # covariance eigen-directions
+    for j in range(k):
+        if sd[j] > threshold:
+            v = np.zeros(p)
+            v[keep] = P[:, j]
+            weak.append((1 / sd[j], float(sd[j]), v))
+    for j in range(k, len(keep)):
+        v = np.zeros(p)
+        v[keep] = Vt[j] / c
+        weak.append((float(s[j]), math.inf, v / np.linalg.norm(v)))
+    return std, weak
+
+
 def analyze(
     target: Problem | AbstractModel,
     theta=None,
@@ -262,29 +311,12 @@ def analyze(
             texts, exps = _combinations(g, Ng, symmetric, bool(np.all(log_ok[idx])))
             groups.append(Group(tuple(g), Ng, texts, exps is not None, exps))
     selection = select_parameters(sens, method=method, rank=rank)
-    # practical identifiability: the Fisher information on the estimation scale, with
-    # the non-identifiable parameters held fixed (no cut-off: a direction the data
-    # barely see gives the huge standard deviation it has)
-    F = S.T @ S
+    # practical identifiability: the Fisher information with the non-identifiable
+    # parameters held fixed, on the subspace the rank rule resolves
     keep = [i for i, n in enumerate(names) if n not in non_id]
-    std = np.full(p, np.inf)
-    # in decades: the Fisher information in log10 units of each parameter
+    std, weak = _practical(S, th, problem.scales, keep, rank, threshold)
     g = decades(np.ones(p), th, problem.scales)
     g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
-    weak = []
-    if keep:
-        G = g[keep]
-        lam, V = np.linalg.eigh(G[:, None] * F[np.ix_(keep, keep)] * G[None, :])
-        with np.errstate(divide="ignore"):
-            inv = np.where(lam > 0, 1 / np.where(lam > 0, lam, 1.0), np.inf)
-        var = np.where(V**2 > 0, V**2 * inv[None, :], 0.0).sum(axis=1)
-        std[keep] = np.sqrt(var) / G
-        for j in np.argsort(lam):
-            sd = math.sqrt(inv[j])
-            if sd > threshold:
-                v = np.zeros(p)
-                v[keep] = V[:, j]
-                weak.append((math.sqrt(max(lam[j], 0.0)), sd, v))
     dec_std = decades(std, th, problem.scales)
     profiles = {}
     if profile:

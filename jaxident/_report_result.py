@@ -37,13 +37,17 @@ class Report(eqx.Module):
       inf at full rank), `near_threshold` (a sentence when the decision would change if
       the threshold moved by a factor 10, else `None`).
     - `non_identifiable`: every parameter with a component in a non-identifiable
-      direction; `groups`: those parameters in dependent sets (`Group`), with the
-      identifiable combinations; `identifiable`: the rest.
+      direction above the noise level of the computed null space
+      (`ji.linalg.support_threshold`, stated in `ji.estimability`); `groups`: those
+      parameters in dependent sets (`Group`), with the identifiable combinations;
+      `identifiable`: the rest.
     - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
     - `std`: the standard deviation of each parameter on its estimation scale from the
       Fisher information (inf for non-identifiable parameters; the others with those
-      held fixed), `decades`: the same in decades (log10 units); `threshold` and
-      `practically_non_identifiable` (identifiable parameters above it);
+      held fixed, from the SVD of the weighted columns on the subspace the rank rule
+      resolves: a direction it does not resolve gives inf only to the parameters with a
+      component above the noise level in it), `decades`: the same in decades (log10
+      units); `threshold` and `practically_non_identifiable` (identifiable parameters above it);
       `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
       standard deviation exceeds the threshold.
     - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);

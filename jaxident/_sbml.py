@@ -124,6 +124,7 @@ class SBMLModel(ODEModel):
     observable_ids: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True, default="sbml")
     source: str | None = eqx.field(static=True, default=None)
+    switches: tuple[sp.Expr, ...] = eqx.field(static=True, default=())
 
     integrator: ClassVar[Integrator] = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 
@@ -161,10 +162,46 @@ class SBMLModel(ODEModel):
         zero = jnp.zeros((), dtype=x.dtype)
         return jnp.stack([zero + evaluate(r, env) for r in self.rates])
 
+    def switching_times(self, theta: ParameterValues) -> Array | None:
+        """The times at which a `piecewise` condition on `time` switches (`time < t_1`,
+        `time >= 2*tau`), from parameters alone: the solver steps onto them, and their
+        parameters get the jump of the sensitivities there (`TimeWarped`)."""
+        if not self.switches:
+            return None
+        env = self._env(jnp.asarray(self.t0, dtype=float), theta)
+        zero = jnp.zeros((), dtype=float)
+        return jnp.stack([zero + evaluate(e, env) for e in self.switches])
+
     def output(self, t, x, theta: ParameterValues) -> Array:
         env = self.state_env(t, x, theta)
         zero = jnp.zeros((), dtype=x.dtype)
         return jnp.stack([zero + evaluate(o, env) for o in self.observables])
+
+
+def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, ...]:
+    """The switching times of the relations on `time` in `exprs`: each relation
+    `lhs < rhs` (any of <, <=, >, >=) whose `lhs - rhs`, with the assignment rules
+    substituted, is linear in `time` with other symbols among `constants` only."""
+    time = sp.Symbol(TIME)
+    out: dict[str, sp.Expr] = {}
+    for e in exprs:
+        for rel in e.atoms(sp.core.relational.Relational):
+            if isinstance(rel, (sp.Eq, sp.Ne)):
+                continue
+            d = rel.lhs - rel.rhs
+            for _ in range(len(rules) + 1):  # rules are acyclic: at most that deep
+                inner = {sp.Symbol(n): rules[n] for n in symbols_of(d) if n in rules}
+                if not inner:
+                    break
+                d = d.xreplace(inner)
+            if time not in d.free_symbols or not symbols_of(d) - {TIME} <= set(constants):
+                continue
+            slope = sp.diff(d, time)
+            if slope.free_symbols or slope == 0 or sp.diff(slope, time) != 0:
+                continue
+            tau = -d.xreplace({time: sp.Integer(0)}) / slope
+            out.setdefault(sp.srepr(tau), tau)
+    return tuple(out.values())
 
 
 def _value(item, what: str, path) -> float:
@@ -315,4 +352,5 @@ def sbml_model(
         observable_ids=tuple(observables),
         name=m.getId() or os.path.basename(os.fspath(path)),
         source=os.path.abspath(os.fspath(path)),
+        switches=_switches([*rates.values(), *rules.values()], rules, names),
     )

@@ -16,6 +16,7 @@ from ._context import clean_errors, resolve_throw, run_kernel
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
 from ._rosenbrock import traced_once
+from ._transforms import time_warped
 
 
 class Trajectory(eqx.Module):
@@ -137,7 +138,10 @@ def solve_failure_point(model, theta=None, times=None, *args, integrator=None, *
 def _switching_times(model, th):
     fn = getattr(model, "switching_times", None)
     ts = None if fn is None else fn(th)
-    return None if ts is None else jnp.sort(jnp.atleast_1d(jnp.asarray(ts, dtype=float)))
+    if ts is None:
+        return None
+    # where the steps end is not differentiated: a moving switch is `TimeWarped`'s
+    return jax.lax.stop_gradient(jnp.sort(jnp.atleast_1d(jnp.asarray(ts, dtype=float))))
 
 
 class Solved(NamedTuple):
@@ -162,6 +166,7 @@ def solve(
     th = model.parameters.view(theta)
     if isinstance(model, AlgebraicModel):
         return _solve_algebraic(model, th, times)
+    model = time_warped(model, th)
     if isinstance(model, DAEModel):
         x0, w0, init_ok = consistent_initial_values(model, th, integrator)
         term = diffrax.ODETerm(dae_vector_field(model, integrator))

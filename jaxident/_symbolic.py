@@ -154,7 +154,7 @@ def dependency_order(defs: Mapping[str, sp.Basic], what: str) -> list[str]:
     return order
 
 
-def from_mathml(node, where: str) -> sp.Expr:
+def from_mathml(node, where: str) -> sp.Basic:
     """A libsbml `ASTNode` as a SymPy expression (`where` names it in errors)."""
     import libsbml as L
 

@@ -271,3 +271,71 @@ def unordered_lapack_pairs(compiled_text):
                 if a not in reach[b] and b not in reach[a]:
                     bad.append((c, a, b))
     return bad
+
+
+# --- a small PEtab problem written from scratch (a switch in time, bad-input cases) ---
+
+
+def switch_sbml(path):
+    """`X' = piecewise(a, time < t_on, 0) - k X`, `X(0) = 0.5`, as SBML level 3."""
+    import libsbml
+
+    doc = libsbml.SBMLDocument(3, 1)
+    m = doc.createModel()
+    m.setId("switch")
+    c = m.createCompartment()
+    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
+    s = m.createSpecies()
+    s.setId("X"), s.setCompartment("cell"), s.setInitialConcentration(0.5)
+    s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
+    for pid, v in (("k", 0.7), ("a", 2.0), ("t_on", 1.3)):
+        p = m.createParameter()
+        p.setId(pid), p.setValue(v), p.setConstant(True)
+    for rid, formula, reactant in (
+        ("production", "cell * piecewise(a, time < t_on, 0)", None),
+        ("decay", "cell * k * X", "X"),
+    ):
+        r = m.createReaction()
+        r.setId(rid), r.setReversible(False), r.setFast(False)
+        ref = r.createReactant() if reactant else r.createProduct()
+        ref.setSpecies("X"), ref.setStoichiometry(1.0), ref.setConstant(True)
+        r.createKineticLaw().setMath(libsbml.parseL3Formula(formula))
+    libsbml.writeSBMLToFile(doc, str(path))
+
+
+def write_petab(folder, *, measurements=None, parameters=None, observables=None,
+                conditions=None, yaml_extra=""):  # fmt: skip
+    """A PEtab v1 problem around `switch_sbml` in `folder`; each table may be replaced
+    by its text. Returns the path of the YAML file."""
+    import pathlib
+
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    switch_sbml(folder / "model.xml")
+    times = np.linspace(0.5, 4.0, 8)
+    y = [0.9, 1.2, 1.5, 1.3, 0.9, 0.65, 0.45, 0.3]
+    tables = {
+        "measurements.tsv": measurements
+        or "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
+        + "".join(f"obs_X\tc0\t{v}\t{t}\t0.1\n" for t, v in zip(times, y)),
+        "parameters.tsv": parameters
+        or "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\n"
+        "a\tlog10\t0.01\t10\t2.0\t1\n"
+        "t_on\tlin\t0.1\t3.5\t1.3\t1\n",
+        "observables.tsv": observables
+        or "observableId\tobservableFormula\tnoiseFormula\nobs_X\tX\tnoiseParameter1_obs_X\n",
+        "conditions.tsv": conditions or "conditionId\tconditionName\nc0\tc0\n",
+    }
+    for name, text in tables.items():
+        (folder / name).write_text(text)
+    (folder / "problem.yaml").write_text(
+        "format_version: 1\n"
+        "parameter_file: parameters.tsv\n"
+        "problems:\n"
+        "- condition_files: [conditions.tsv]\n"
+        "  measurement_files: [measurements.tsv]\n"
+        "  observable_files: [observables.tsv]\n"
+        "  sbml_files: [model.xml]\n" + yaml_extra
+    )
+    return folder / "problem.yaml"

@@ -226,3 +226,58 @@ def test_sensitivities_outside_the_error_test(solver):
     err_c = np.max(np.abs(Y_c - ref).max(axis=0) / scale)
     err_u = np.max(np.abs(Y_u - ref).max(axis=0) / scale)
     assert err_c <= 10 * 1e-8 and err_u <= 100 * 1e-8, (err_c, err_u)
+
+
+class _Step(ji.ODEModel):
+    """`x' = -k x + a [t < tau]`: the input switches off at the parameter `tau`."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "a", "tau"], [0.7, 2.0, 1.3])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.25, 4.0, 16))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -theta.k * x + jnp.where(t < theta.tau, theta.a, 0.0)
+
+    def initial_state(self, theta):
+        return jnp.array([0.5])
+
+    def output(self, t, x, theta):
+        return x[0]
+
+    def switching_times(self, theta):
+        return jnp.stack([theta.tau])
+
+
+def _step_exact(th, t):
+    k, a, tau = th
+    before = lambda s: a / k + (0.5 - a / k) * np.exp(-k * s)
+    return np.where(t < tau, before(t), before(tau) * np.exp(-k * (t - tau)))
+
+
+@pytest.mark.parametrize(
+    "integ",
+    [
+        ji.Integrator(rtol=1e-10, atol=1e-12),
+        ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12),
+        ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
+    ],
+    ids=["equations", "Rodas4", "differentiate"],
+)
+def test_sensitivity_to_a_switching_time_against_the_closed_form(integ):
+    """A jump of the right-hand side at `tau(theta)`: the sensitivities jump by
+    `(f(tau-) - f(tau+)) dtau/dtheta` (`TimeWarped`), against central differences of the
+    closed-form solution, under jit and vmap; the outputs are the plain solve's."""
+    model = _Step()
+    th = np.array([0.7, 2.0, 1.3])
+    t = np.asarray(model.times)
+    h = 1e-6
+    ref = np.stack(
+        [(_step_exact(th + h * e, t) - _step_exact(th - h * e, t)) / (2 * h) for e in np.eye(3)],
+        axis=1,
+    )
+    batch = jnp.stack([jnp.asarray(th), jnp.asarray(th) * 1.05])
+    S = jax.jit(jax.vmap(lambda p: ji.sensitivity_matrix(model, p, integrator=integ)))(batch)
+    assert np.abs(np.asarray(S[0]) - ref).max() <= 1e-8 * np.abs(ref).max()
+    assert np.abs(ref[:, 2]).max() > 1.0
+    y = np.asarray(ji.simulate(model, jnp.asarray(th), integrator=integ).ys).ravel()
+    np.testing.assert_allclose(y, _step_exact(th, t), rtol=1e-8)

@@ -217,3 +217,31 @@ def test_predict_jit_and_vmap_over_parameters():
     llh = jax.vmap(lambda th: ji.predict(problem, th).log_likelihood)(thetas)
     one = [float(ji.predict(problem, th).log_likelihood) for th in thetas]
     np.testing.assert_allclose(np.asarray(llh), one, rtol=1e-12)
+
+
+def test_switching_time_parameter_gets_its_sensitivity(tmp_path):
+    """`piecewise(a, time < t_on, 0)`: the switching time `t_on` is a parameter. Its
+    column is the jump condition's (not zero, as a `where` in `time` alone gives), and
+    the sensitivities agree with central differences of the residuals and of the
+    log-likelihood of a tight solve."""
+    from helpers import write_petab
+
+    problem = ji.petab.load(write_petab(tmp_path / "switch"))
+    assert [str(e) for e in problem.model.switches] == ["t_on"]
+    th = np.asarray(problem.parameters.nominal)
+    S = np.asarray(ji.problem_sensitivity(problem, th).matrix)
+    tight = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-11, atol=1e-13)
+
+    def pred(t):
+        return ji.predict(problem, t, integrator=tight)
+
+    h = 1e-6
+    steps = h * np.eye(3)
+    fd = np.stack([(pred(th + e).residuals - pred(th - e).residuals).ravel() / (2 * h)
+                   for e in steps], axis=1)  # fmt: skip
+    scale = np.abs(fd).max(axis=0)
+    assert scale[2] > 1.0  # t_on matters
+    assert np.all(np.abs(S - fd).max(axis=0) <= 1e-5 * scale), np.abs(S - fd).max(axis=0)
+    r = np.asarray(pred(th).residuals).ravel()
+    g = [(pred(th + e).log_likelihood - pred(th - e).log_likelihood) / (2 * h) for e in steps]
+    np.testing.assert_allclose(-S.T @ r, g, rtol=0, atol=1e-6 * np.abs(g).max())

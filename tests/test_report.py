@@ -254,3 +254,133 @@ def test_fewer_data_than_parameters():
     assert rep.n_data == 2 and rep.rank == 2
     assert "only 2 data for 3 parameters" in str(rep)
     assert not rep.noise_model and "sigma = 1" in str(rep)
+
+
+def test_standard_deviations_on_linear_scales_against_numpy():
+    """SVIR's parameters are on linear scales: the report's std is
+    `sqrt(diag((S^T S)^-1))` of the noise-weighted sensitivities, in the parameters'
+    units (it was off by the square of the units-per-decade factor)."""
+    model = ji.models.load("svir")
+    rep = ji.analyze(model, sigma=0.1, progress=False)
+    problem = ji.Problem(model, ji.Experiment(np.asarray(model.times), sigma=0.1))
+    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    np.testing.assert_allclose(rep.std, np.sqrt(np.diag(np.linalg.inv(S.T @ S))), rtol=1e-8)
+    theta = np.asarray(model.parameters.nominal)
+    np.testing.assert_allclose(rep.decades, rep.std / (theta * math.log(10)), rtol=1e-12)
+
+
+def test_a_resolved_near_null_direction_spreads_no_inf():
+    """One direction 1e-9 below the others, above the rank threshold: `S^T S` rounds its
+    eigenvalue to zero or below (every std was inf); from the SVD each std is finite and
+    equals the row norm of `R^-1` (SciPy's QR, an independent route), and the
+    parameters outside that direction keep their small std."""
+    import scipy.linalg as sl
+
+    from jaxident._report import _practical
+
+    rng = np.random.default_rng(3)
+    U = np.linalg.qr(rng.standard_normal((40, 5)))[0]
+    V = np.eye(5)
+    V[3:, 3:] = np.array([[1.0, 1.0], [1.0, -1.0]]) / math.sqrt(2)  # direction on p4, p5
+    V = np.linalg.qr(V)[0]
+    S = (U * np.array([10.0, 7.0, 5.0, 3.0, 1e-8])) @ V.T
+    F_eig = np.linalg.eigvalsh(S.T @ S)
+    assert F_eig[0] < 1e-17 * F_eig[-1]  # lost to rounding in S^T S
+    theta = np.ones(5)
+    rule = ji.linalg.RelativeTolerance(1e-12)
+    std, weak = _practical(S, theta, ("log10",) * 5, list(range(5)), rule, 1.0)
+    R = sl.qr(S, mode="economic")[1]
+    ref = np.linalg.norm(sl.solve_triangular(R, np.eye(5)), axis=1)
+    np.testing.assert_allclose(std, ref, rtol=1e-5)
+    assert np.all(std[:3] < 1) and np.all(std[3:] > 1e7)
+    assert len(weak) == 1 and weak[0][1] > 1e7
+    np.testing.assert_allclose(np.abs(weak[0][2]), [0, 0, 0, 2**-0.5, 2**-0.5], atol=1e-6)
+    # below the rank threshold the direction is unresolved: inf on p4 and p5 only
+    std, weak = _practical(S, theta, ("log10",) * 5, list(range(5)), rule_of(1e-6), 1.0)
+    assert np.all(np.isfinite(std[:3])) and np.all(np.isinf(std[3:]))
+    np.testing.assert_allclose(std[:3], ref[:3], rtol=1e-6)
+    assert weak[-1][1] == math.inf
+
+
+def rule_of(rtol):
+    return ji.linalg.RelativeTolerance(rtol)
+
+
+def test_noise_level_null_components_are_not_non_identifiable():
+    """Columns 1 and 2 are equal (null vector (1, -1, 0, 0, 0)); the matrix is perturbed
+    at a relative 1e-7 and decided at that accuracy. The computed null vector has
+    components of about 1e-7 * cond on the other columns: below
+    `support_threshold` (Wedin's bound times 10), so only p1 and p2 are listed, where
+    the fixed 1e-6 cut-off listed all five."""
+    rng = np.random.default_rng(0)
+    A = np.linalg.qr(rng.standard_normal((30, 4)))[0] @ np.diag([1.0, 0.1, 0.01, 2e-3])
+    A = A @ np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    S = np.column_stack([A[:, 0], A[:, 0], A[:, 1:]])
+    S = S + 1e-7 * np.abs(S).max() * rng.standard_normal(S.shape)
+    rule = ji.linalg.RelativeTolerance(accuracy=1e-7)
+    est = ji.estimability(S, ["p1", "p2", "p3", "p4", "p5"], rank=rule)
+    assert est.nullity == 1
+    assert est.estimable == ("p3", "p4", "p5")
+    noise = np.abs(np.asarray(est.basis)[2:]).max()
+    assert 1e-6 < noise < est.zero_tol  # above the old cut-off, below the stated one
+    s = np.asarray(est.singular_values)
+    assert est.zero_tol == pytest.approx(ji.linalg.support_threshold(rule, s, S.shape))
+    old = ji.estimability(S, ["p1", "p2", "p3", "p4", "p5"], rank=rule, zero_tol=1e-6)
+    assert len(old.estimable) < 3
+
+
+class _Overlapping(ji.ODEModel):
+    """20 decays `x_i' = -(a_i + b_i + b_{i+1}) x_i` (indices mod 20), all observed: 40
+    rate constants, 20 identifiable sums, a 20-dimensional null space whose support is
+    one connected set of all 40 (40 choose 20 = 1.4e11 pivot sets)."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        [f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)],
+        np.concatenate([np.linspace(0.1, 0.5, 20), np.linspace(0.05, 0.3, 20)]),
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 5.0, 6))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        a, b = th.values[:20], th.values[20:]
+        return -(a + b + jnp.roll(b, -1)) * x
+
+    def initial_state(self, th):
+        return jnp.ones(20)
+
+    def output(self, t, x, th):
+        return x
+
+
+def test_report_with_a_twenty_dimensional_connected_null_space():
+    """Tens of non-identifiable parameters in one dependent set: the pivots are chosen
+    greedily (no exhaustive search), and the report is complete: rank 20, all 40 listed
+    in one group with 20 identifiable combinations, each orthogonal to the null
+    directions (checked against the closed-form null space of the sums)."""
+    import time
+
+    model = _Overlapping()
+    start = time.perf_counter()
+    rep = ji.analyze(model, sigma=0.01, progress=False)
+    assert time.perf_counter() - start < 120  # compile included; seconds once compiled
+    assert rep.rank == 20 and len(rep.non_identifiable) == 40
+    assert len(rep.groups) == 1 and len(rep.groups[0].combinations) == 20
+    # on the log scale the outputs see L diag(theta) (L: which sums use which rate)
+    L = np.zeros((20, 40))
+    for i in range(20):
+        L[i, i] = L[i, 20 + i] = L[i, 20 + (i + 1) % 20] = 1.0
+    theta = np.asarray(model.parameters.nominal)
+    N = sl_null(L * theta[None, :])
+    g = rep.groups[0]
+    idx = [model.parameters.names.index(n) for n in g.names]
+    P = g.directions  # the group's null directions (log units)
+    ref = N[idx] / np.linalg.norm(N[idx], axis=0)
+    # same subspace: the projection of each onto the other is the identity
+    Q1, Q2 = np.linalg.qr(P)[0], np.linalg.qr(ref)[0]
+    np.testing.assert_allclose(np.linalg.svd(Q1.T @ Q2, compute_uv=False), 1.0, atol=1e-6)
+
+
+def sl_null(A):
+    import scipy.linalg as sl
+
+    return sl.null_space(A)

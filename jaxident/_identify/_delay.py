@@ -23,13 +23,12 @@ from .._transforms_state import free_initial_state
 from ._delay_result import DelayEstimability
 from ._estimability import (
     _candidate_indices,
-    _combos,
     _defaults,
-    _pivot_scores,
     _resolve_pivots,
     _svd_of,
     _transformed_basis,
     _uncertainty,
+    best_pivots,
 )
 
 
@@ -159,18 +158,10 @@ def delay_estimability(
     VB = V[..., n_w - nullity :]
     piv = _resolve_pivots(names, pivots, nullity)
     if piv is None:
-        if nullity == 0:
-            piv = np.zeros(0, dtype=int)
-        else:
-            cand = (
-                range(n_w)
-                if pivot_candidates is None
-                else _candidate_indices(names, pivot_candidates)
-            )
-            combos = jnp.asarray(_combos(n_w, nullity, list(cand)))
-            flat = VB[good] if good.any() else VB[ok]
-            scores = np.asarray(jax.vmap(lambda vb: _pivot_scores(vb, combos))(jnp.asarray(flat)))
-            piv = np.asarray(combos)[int(np.argmax(np.median(scores, axis=0)))]
+        cand = (
+            range(n_w) if pivot_candidates is None else _candidate_indices(names, pivot_candidates)
+        )
+        piv = best_pivots(VB[good] if good.any() else VB[ok], nullity, cand)
     if nullity:
         safe = np.where(ok[..., None, None], VB, 0.0)
         sign = np.sign(safe[..., piv[0], :])[..., None, :]

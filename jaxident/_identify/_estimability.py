@@ -12,11 +12,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg as sl
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._context import clean_errors
 from .._linalg._misc import matmul
-from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
+from .._linalg._rank import (
+    AbstractRankRule,
+    RelativeTolerance,
+    support_threshold,
+    warn_if_near_threshold,
+)
 from .._linalg._scaling import equilibrate
 from .._sensitivity import Sensitivity
 
@@ -78,15 +84,32 @@ def _svd_of(DG: Array) -> _SVD:
     return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, ok)
 
 
+_MAX_PIVOT_SETS = 20_000
+
+
 def _combos(n_w: int, nullity: int, candidates: Sequence[int]) -> np.ndarray:
-    if math.comb(len(candidates), nullity) > 20_000:
-        raise ValueError(
-            f"Too many pivot sets to search ({len(candidates)} choose {nullity}); pass "
-            "pivots=... explicitly."
-        )
     return np.asarray(list(itertools.combinations(candidates, nullity)), dtype=int).reshape(
         -1, nullity
     )
+
+
+def best_pivots(VBs, nullity: int, candidates: Sequence[int]) -> np.ndarray:
+    """The `nullity` pivot rows for null bases `VBs` (`(m, n_w, nullity)`, one per point):
+    every candidate set scored by the median over the points of `sigma_min(V_B1)` where
+    there are at most 20,000 sets; beyond that (tens of non-identifiable parameters),
+    the greedy rank-revealing choice: the first `nullity` pivots of a column-pivoted QR
+    of the candidate rows of the first basis (`V_B1` then has `sigma_min` within a
+    factor `sqrt(nullity (n - nullity) + 1) 2^nullity` of the best, Gu & Eisenstat)."""
+    candidates = list(candidates)
+    if nullity == 0:
+        return np.zeros(0, dtype=int)
+    if math.comb(len(candidates), nullity) > _MAX_PIVOT_SETS:
+        rows = np.asarray(VBs[0])[candidates]
+        perm = sl.qr(rows.T, pivoting=True, mode="r")[1]
+        return np.sort(np.asarray(candidates)[perm[:nullity]])
+    combos = jnp.asarray(_combos(len(candidates), nullity, candidates))
+    scores = jax.vmap(lambda vb: _pivot_scores(vb, combos))(jnp.asarray(VBs))
+    return np.asarray(combos)[int(np.argmax(np.median(np.asarray(scores), axis=0)))]
 
 
 def _candidate_indices(names, candidates) -> list[int]:
@@ -261,8 +284,12 @@ def estimability(
       `V_B1` has the largest `sigma_min / sigma_max` among `pivot_candidates` (default
       all unknowns).
     - `zero_tol`: basis components below this (absolute, for the orthonormal `V_B`;
-      relative to the largest entry of each column for `V~_B`) count as zero (default
-      `max(1e-6, 1000 eps)`).
+      relative to the largest entry of each column for `V~_B`) count as zero. Default:
+      `max(1e-6, 1000 eps)`, raised to the noise level of the computed null space
+      where the rank is decided here (`ji.linalg.support_threshold`: 10 times Wedin's
+      bound `tau / (sigma_k - tau)` with `tau` the rank rule's threshold), so that a
+      component the accuracy of `DG` cannot tell from zero never makes a quantity
+      non-estimable. The value used is the result's `zero_tol`.
 
     **Returns:** an `Estimability`. With `nullity` given (an int) it is jittable and
     vmappable; otherwise `D_N` is read on the host.
@@ -275,6 +302,7 @@ def estimability(
     DG = jnp.asarray(DG)
     if not jnp.issubdtype(DG.dtype, jnp.floating):
         DG = DG.astype(float)
+    noise_support = zero_tol is None
     rank, zero_tol = _defaults(DG.dtype, rank, zero_tol)
     if DG.ndim != 2:
         raise ValueError(f"DG must be a matrix, got shape {DG.shape}.")
@@ -291,6 +319,8 @@ def estimability(
         nullity = n_w - int(rank(svd.s, DG.shape))
         rule = rank.describe(svd.s, DG.shape)
         warn_if_near_threshold(rank, svd.s, DG.shape, "estimability")
+        if noise_support:
+            zero_tol = max(zero_tol, support_threshold(rank, svd.s, DG.shape, zero_tol))
     else:
         rule = f"nullity {nullity} given"
     if not 0 <= nullity <= n_w:
@@ -301,14 +331,9 @@ def estimability(
         cand = (
             range(n_w) if pivot_candidates is None else _candidate_indices(names, pivot_candidates)
         )
-        if nullity == 0:
-            piv = np.zeros(0, dtype=int)
-        else:
-            combos = _combos(n_w, nullity, list(cand))
-            scores = _pivot_scores(VB, jnp.asarray(combos))
-            if isinstance(scores, jax.core.Tracer):
-                raise ValueError("Under jit or vmap, pass pivots=... as well as nullity.")
-            piv = combos[int(np.argmax(np.asarray(scores)))]
+        if nullity and isinstance(VB, jax.core.Tracer):
+            raise ValueError("Under jit or vmap, pass pivots=... as well as nullity.")
+        piv = best_pivots(VB[None], nullity, cand)
     # eq. 22 in the units of the unknowns: V~ does not depend on the basis of the null
     # space, so C^{-1} V~_eq C_piv is the paper's V_B V_B1^{-1} of DG itself.
     Vt = (

@@ -204,6 +204,32 @@ def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
     return False, ""
 
 
+def support_threshold(rule: AbstractRankRule, sigma, shape, floor: float = 1e-6) -> float:
+    """The size below which a component of a computed null (or unresolved) direction is
+    noise, for the singular values `sigma` of an equilibrated matrix whose rank `rule`
+    decides (host-side, on concrete values).
+
+    The rule takes singular values up to its threshold `tau` (for a gap rule: the first
+    one it drops) as the size of the error `E` in the matrix. By Wedin's theorem the
+    computed null space then lies within an angle `tau / (sigma_k - tau)` of the true
+    one (`sigma_k` the smallest kept singular value), so a component up to that size
+    says nothing. The threshold is 10 times that, and at least `floor`; a parameter is
+    called non-identifiable only with a component above it."""
+    s = np.asarray(sigma, dtype=float)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
+        return floor
+    k, tol = _decision(rule, s, tuple(shape))
+    k = int(k)
+    tol = float(tol)
+    if not np.isfinite(tol):
+        tol = s[k] if k < s.size else 0.0
+    if k == 0:
+        return floor
+    gap = s[k - 1] - tol
+    bound = 10.0 * tol / gap if gap > 0 else 1.0
+    return float(min(max(floor, bound), 1.0))
+
+
 def warn_if_near_threshold(rule: AbstractRankRule, sigma, shape, what: str) -> None:
     """Warn when a rank decision sits within a factor 10 of its threshold (host-side; a
     no-op on traced values)."""

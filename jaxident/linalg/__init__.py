@@ -25,6 +25,7 @@ from .._linalg._rank import (
     LargestGap as LargestGap,
     numerical_rank as numerical_rank,
     RelativeTolerance as RelativeTolerance,
+    support_threshold as support_threshold,
 )
 from .._linalg._ranking import (
     AbstractRankingCriterion as AbstractRankingCriterion,
