@@ -350,6 +350,8 @@ def sweep(
     finally:
         if bar is not None:
             bar.close()
+        if files is not None:
+            files.close()
     run_seconds = time.perf_counter() - t0
     if files is not None:
         *host, ok_host = files.results()

@@ -8,6 +8,7 @@ import os
 import pathlib
 import warnings
 
+import filelock
 import numpy as np
 
 
@@ -70,7 +71,7 @@ def _chunk_checksum(arrays, start: int, stop: int) -> str:
 
 def _write_atomic(path: pathlib.Path, text: str) -> None:
     """Write, fsync, rename: a reader sees the old file or the new one, never a part."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process
     with open(tmp, "w") as fh:
         fh.write(text)
         fh.flush()
@@ -101,6 +102,29 @@ class ResultFiles:
     def __init__(self, out_dir, n, fingerprint, v_leaves):
         self.dir = pathlib.Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        # one writer at a time: a second process on the same directory waits for the
+        # first to finish, then resumes from its state (nothing is computed twice)
+        self.lock = filelock.FileLock(str(self.dir / ".sweep.lock"))
+        try:
+            self.lock.acquire(timeout=0)
+        except filelock.Timeout:
+            warnings.warn(
+                f"Another process is writing a sweep to {self.dir}; waiting for it to "
+                "finish (its finished chunks are then reused).",
+                stacklevel=4,
+            )
+            self.lock.acquire()
+        try:
+            self._open(n, fingerprint, v_leaves)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def close(self) -> None:
+        """Release the directory for another process."""
+        self.lock.release()
+
+    def _open(self, n, fingerprint, v_leaves):
         self.state_file = self.dir / self.STATE
         self.fingerprint = fingerprint
         self.specs = [((n, *s.shape[1:]), np.dtype(s.dtype)) for s in v_leaves]

@@ -80,6 +80,13 @@ def _validate(args, p: int) -> None:
     for ok, msg in checks:
         if not ok:
             raise _UsageError(msg)
+    given = [f for f, v in (("--rtol", args.rtol), ("--atol", args.atol)) if v is not None]
+    given += ["--gap"] if args.gap else []
+    if len(given) > 1:
+        raise _UsageError(f"{' and '.join(given)}: give one rank rule, not {len(given)}.")
+    paths = [(f, v) for f, v in (("--plot", args.plot), ("--json", args.json)) if v]
+    if len(paths) == 2 and os.path.realpath(paths[0][1]) == os.path.realpath(paths[1][1]):
+        raise _UsageError(f"--plot and --json name one file ({args.plot}); give two paths.")
     for flag, make in (("--rtol/--atol", _rank), ("--f", _method)):
         try:
             make(args)
@@ -204,7 +211,10 @@ def cmd_analyze(args) -> int:
     p = model.parameters.p
     _validate(args, p)
     method, rank = _method(args), _rank(args)
-    integrator = ji.Integrator(rtol=args.solver_rtol, atol=args.solver_rtol * 1e-2)
+    # the model's own solver (a stiff one where it declares it), at --solver-rtol
+    integrator = ji.Integrator(
+        model.integrator.solver, rtol=args.solver_rtol, atol=args.solver_rtol * 1e-2
+    )
 
     sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
     sel = ji.select_parameters(sens, method=method, rank=rank, k=args.k)

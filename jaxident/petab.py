@@ -17,8 +17,10 @@ measurements (time `inf`) and several models raise a `ValueError`; priors are ig
 (they do not change a local identifiability analysis).
 """
 
+import logging
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -61,8 +63,111 @@ def _overrides(value) -> list:
     return out
 
 
-def load(yaml_path: str | os.PathLike, *, name: str | None = None):
+class _Findings(logging.Handler):
+    """Collects what `petab`'s linter logs at error level."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        text = record.getMessage().strip()
+        if text and text != "Not OK":
+            self.messages.append(text)
+
+
+def _linted(yaml_path: str, allow_missing: bool):
+    """The problem as `petab` reads it, refused with the linter's findings where the
+    linter rejects it. With `allow_missing`, measurements that are NaN or empty are
+    dropped first (with a warning naming the rows); without it they are an error."""
+    petab, _ = _petab()
+    import pandas as pd
+    import yaml as _yaml
+
+    try:
+        with open(yaml_path) as fh:
+            cfg = _yaml.safe_load(fh)
+    except (OSError, _yaml.YAMLError) as e:
+        raise ValueError(f"{yaml_path}: not a readable PEtab YAML file: {e}") from None
+    if not isinstance(cfg, dict) or "format_version" not in cfg:
+        raise ValueError(f"{yaml_path}: not a PEtab problem (no 'format_version' in the YAML).")
+    version = str(cfg["format_version"])
+    if version.split(".")[0] != "1":
+        raise ValueError(
+            f"{yaml_path}: format_version {version}: PEtab v2 is not supported yet; "
+            "jaxident reads PEtab v1 problems."
+            if version.startswith("2")
+            else f"{yaml_path}: unknown PEtab format_version {version!r}; jaxident reads v1."
+        )
+    problems = cfg.get("problems", [])
+    if len(problems) != 1 or len(problems[0].get("sbml_files", [])) != 1:
+        raise ValueError(f"{yaml_path}: exactly one problem with one SBML model is supported.")
+    try:
+        problem = petab.Problem.from_yaml(yaml_path)
+    except Exception as e:  # pandas' and petab's errors do not name the file
+        raise ValueError(
+            f"{yaml_path}: its PEtab files could not be read ({type(e).__name__}: {e})."
+        ) from None
+    meas = problem.measurement_df
+    missing = pd.to_numeric(meas["measurement"], errors="coerce").isna()
+    if missing.any():
+        rows = [int(i) + 2 for i in np.flatnonzero(missing.to_numpy())]
+        where = f"the measurement table, rows {rows[:20]} (column 'measurement')"
+        if not allow_missing:
+            raise ValueError(
+                f"{yaml_path}: {where} hold no number. Pass allow_missing=True to treat "
+                "them as missing data, or remove them."
+            )
+        warnings.warn(f"{yaml_path}: {where} are missing data and are left out.", stacklevel=3)
+        problem.measurement_df = meas[~missing.to_numpy()]
+    findings = _Findings()
+    lint_logger = logging.getLogger(petab.lint.__name__)
+    lint_logger.addHandler(findings)
+    try:
+        rejected = petab.lint_problem(problem)
+    except Exception as e:
+        rejected, findings.messages = True, [*findings.messages, str(e).strip()]
+    finally:
+        lint_logger.removeHandler(findings)
+    if rejected:
+        text = "\n  ".join(m.replace("\n", "\n    ") for m in findings.messages[:10])
+        raise ValueError(f"{yaml_path}: petab's linter rejects this problem:\n  {text}")
+    return problem
+
+
+def _check_tables(yaml_path, par_df, meas_df):
+    """What `petab`'s linter lets through and the import cannot: `estimate` other than
+    0 or 1, and times that are not finite numbers at or after t0 = 0. Errors name the
+    table, the row (as in the file, the header being row 1) and the column."""
+    import pandas as pd
+
+    est = pd.to_numeric(par_df["estimate"], errors="coerce")
+    bad = [(i, v) for i, v in enumerate(par_df["estimate"]) if est.iloc[i] not in (0, 1)]
+    if bad:
+        i, v = bad[0]
+        raise ValueError(
+            f"{yaml_path}: the parameter table, row {i + 2} ({par_df.index[i]!r}), column "
+            f"'estimate': {v!r}; it must be 0 or 1."
+        )
+    t = pd.to_numeric(meas_df["time"], errors="coerce").to_numpy(float)
+    for rows, what in (
+        (np.flatnonzero(np.isnan(t)), "is not a number"),
+        (np.flatnonzero(t < 0), "lies before the initial time 0"),
+    ):
+        if rows.size:
+            raise ValueError(
+                f"{yaml_path}: the measurement table, rows {[int(r) + 2 for r in rows[:20]]}, "
+                f"column 'time': the time {what}."
+            )
+
+
+def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing: bool = False):
     """Load a PEtab problem (format version 1) as a `ji.Problem`.
+
+    The problem is first checked by `petab`'s own linter (`petab.v1.lint_problem`): a
+    problem it rejects is refused with its findings. Measurements that are NaN or empty
+    are an error naming the rows, unless `allow_missing=True` (then they are left out,
+    with a warning). PEtab v2 files are refused.
 
     **Returns:** a `ji.Problem` whose model is an `SBMLModel` with the observables and
     noise formulas as outputs, with one `ji.Experiment` per (pre-equilibration,
@@ -70,33 +175,22 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
     (without the noise-only ones) on their PEtab scales.
 
     **Raises:** `ValueError` naming an unsupported feature, a formula that does not
-    parse, or an inconsistent table.
+    parse, the linter's findings, or the table, row and column of an inconsistency.
     """
     from ._problem import Experiment, Problem
     from ._sbml import sbml_model
     from ._symbolic import symbols_of
 
-    petab, _ = _petab()
     yaml_path = os.fspath(yaml_path)
     base = os.path.dirname(os.path.abspath(yaml_path))
-    cfg = petab.yaml.load_yaml(yaml_path)
-    problems = cfg.get("problems", [])
-    if len(problems) != 1 or len(problems[0].get("sbml_files", [])) != 1:
-        raise ValueError(f"{yaml_path}: exactly one problem with one SBML model is supported.")
-    spec = problems[0]
-
-    def table(files, reader):
-        import pandas as pd
-
-        frames = [reader(os.path.join(base, f)) for f in files]
-        return pd.concat(frames) if len(frames) > 1 else frames[0]
-
-    par_files = cfg["parameter_file"]
-    par_files = [par_files] if isinstance(par_files, str) else par_files
-    par_df = table(par_files, petab.get_parameter_df).reset_index()
-    cond_df = table(spec["condition_files"], petab.get_condition_df).reset_index()
-    meas_df = table(spec["measurement_files"], petab.get_measurement_df)
-    obs_df = table(spec["observable_files"], petab.get_observable_df).reset_index()
+    linted = _linted(yaml_path, allow_missing)
+    par_df = linted.parameter_df.reset_index()
+    cond_df = linted.condition_df.reset_index()
+    meas_df = linted.measurement_df.reset_index(drop=True)
+    obs_df = linted.observable_df.reset_index()
+    _check_tables(yaml_path, linted.parameter_df, meas_df)
+    cfg = _petab()[0].yaml.load_yaml(yaml_path)
+    spec = cfg["problems"][0]
     sbml_path = os.path.join(base, spec["sbml_files"][0])
     if np.isinf(meas_df["time"].astype(float)).any():
         raise ValueError(f"{yaml_path}: steady-state measurements (time inf) are not supported.")
@@ -108,9 +202,8 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
         f = _parse(row["observableFormula"], f"observable {oid!r}")
         s = _parse(row["noiseFormula"], f"noise formula of {oid!r}")
         observables[oid], noise[f"sigma_{oid}"] = f, s
-        transforms.append(str(row.get("observableTransformation", "lin") or "lin"))
-        dist = row.get("noiseDistribution", "normal")
-        distributions.append("normal" if not isinstance(dist, str) else dist)
+        transforms.append(_cell(row.get("observableTransformation"), "lin"))
+        distributions.append(_cell(row.get("noiseDistribution"), "normal"))
         for sym in f.free_symbols | s.free_symbols:
             m = re.fullmatch(r"(observable|noise)Parameter(\d+)_(.+)", sym.name)
             if m and m.group(3) == oid:
@@ -125,7 +218,7 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
 
     # the PEtab parameters
     par_df = par_df.set_index("parameterId")
-    est = par_df["estimate"].astype(int) == 1
+    est = par_df["estimate"].astype(float) == 1
     scale_of = {p: str(par_df.loc[p, "parameterScale"]) for p in par_df.index}
     nominal_of = {p: float(par_df.loc[p, "nominalValue"]) for p in par_df.index}
 
@@ -200,6 +293,10 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
         """A number, or the name of an estimated parameter; fixed and noise-only
         parameters become their nominal values, other model ids stay names."""
         if isinstance(v, str):
+            try:
+                return float(v)
+            except ValueError:
+                pass
             if v in estimated:
                 return v
             if v in constants:
@@ -287,6 +384,13 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None):
         noise_parameters=noise_only,
         name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
     )
+
+
+def _cell(value, default: str) -> str:
+    """A text cell of a table, or PEtab's default where it is empty (NaN in pandas)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return default
+    return str(value).strip() or default
 
 
 def _bad(what):

@@ -164,6 +164,9 @@ def test_sweep_input_errors():
         (["--json", "{tmp}"], r"--json .* is a directory"),
         (["--json", "/nonexistent-dir/r.json"], r"--json .* cannot be written"),
         (["--out", "{tmp}/o"], r"--out keeps the results of --samples"),
+        (["--gap", "--atol", "1e-3"], r"--atol and --gap: give one rank rule"),
+        (["--rtol", "1e-3", "--atol", "1e-3"], r"--rtol and --atol: give one rank rule"),
+        (["--json", "{tmp}/r.png", "--plot", "{tmp}/r.png"], r"name one file"),
         (["--samples", "4", "--out", "/proc/o"], r"--out /proc/o cannot be written"),
     ],
 )
@@ -419,3 +422,36 @@ def test_sweep_state_file_is_replaced_atomically(tmp_path, monkeypatch):
     res = _sweep(xs, tmp_path)
     np.testing.assert_array_equal(res.values["y"], 2 * np.asarray(xs))
     assert json.loads(state.read_text()) == json.loads(before)
+
+
+_TWO_WRITERS = """
+import sys, jax.numpy as jnp, numpy as np, jaxident as ji
+xs = jnp.linspace(0.0, 1.0, 400)
+fn = lambda x: {"y": jnp.sin(x) * 2.0, "z": jnp.stack([x, -x], axis=-1)}
+res = ji.sweep(fn, xs, batch_size=8, progress=False, out_dir=sys.argv[1])
+np.save(sys.argv[2], np.asarray(res.values["y"]))
+"""
+
+
+def test_two_processes_on_one_sweep_directory(tmp_path):
+    """Two processes sweep into one `out_dir` at once: one writes while the other waits
+    on the directory's lock (no shared temporary file), then reuses the finished
+    chunks; both end with the same bits as one process alone."""
+    import subprocess
+    import sys
+
+    def start(out, name):
+        return subprocess.Popen(
+            [sys.executable, "-c", _TWO_WRITERS, str(out), str(tmp_path / name)],
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    procs = [start(tmp_path / "shared", f"{i}.npy") for i in range(2)]
+    errs = [p.communicate()[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs
+    alone = start(tmp_path / "alone", "alone.npy")
+    assert alone.wait() == 0
+    ref = np.load(tmp_path / "alone.npy")
+    for i in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), ref)
+    assert not list((tmp_path / "shared").glob("*.tmp"))

@@ -245,3 +245,104 @@ def test_switching_time_parameter_gets_its_sensitivity(tmp_path):
     r = np.asarray(pred(th).residuals).ravel()
     g = [(pred(th + e).log_likelihood - pred(th - e).log_likelihood) / (2 * h) for e in steps]
     np.testing.assert_allclose(-S.T @ r, g, rtol=0, atol=1e-6 * np.abs(g).max())
+
+
+_MEAS = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
+_ROWS = "obs_X\tc0\t1.2\t1.0\t0.1\nobs_X\tc0\t1.0\t2.0\t0.1\n"
+_PARS = (
+    "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+    "k\tlog10\t0.01\t10\t0.7\t{k}\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0.1\t3.5\t1.3\t1\n"
+)
+_LOG_OBS = (
+    "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\n"
+    "obs_X\tX\tnoiseParameter1_obs_X\tlog\n"
+)
+
+
+@pytest.mark.parametrize(
+    "tables, match",
+    [
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\t3.0\t\n"}, "linter.*noise param"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\t3.0\tNaN\n"}, "linter.*noise param"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\t3.0\t0.1;0.2\n"}, "linter.*noise"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc9\t0.9\t3.0\t0.1\n"}, "linter.*'c9'"),
+        (
+            {
+                "measurements": "observableId\tpreequilibrationConditionId\tsimulationConditionId"
+                "\tmeasurement\ttime\tnoiseParameters\nobs_X\tc9\tc0\t0.9\t3.0\t0.1\n"
+            },
+            "linter.*'c9'",
+        ),
+        ({"parameters": _PARS.format(k=2)}, "linter.*0 or 1 but got 2"),
+        ({"parameters": _PARS.format(k=-1)}, "linter.*0 or 1 but got -1"),
+        ({"parameters": _PARS.format(k=0.5)}, r"parameter table, row 2 \('k'\).*0 or 1"),
+        ({"parameters": _PARS.format(k=1) + "c c\tlin\t0\t1\t0.5\t0\n"}, "linter.*c c"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\tNaN\t3.0\t0.1\n"}, r"rows \[4\].*allow_m"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t\t3.0\t0.1\n"}, r"rows \[4\].*allow_m"),
+        (
+            {
+                "measurements": _MEAS + _ROWS + "obs_X\tc0\t-0.5\t3.0\t0.1\n",
+                "observables": _LOG_OBS,
+            },
+            "linter.*must be positive",
+        ),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\tNaN\t0.1\n"}, r"rows \[4\].*'time'"),
+        ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\t-1\t0.1\n"}, r"rows \[4\].*before"),
+        ({"yaml": "format_version: 2.0.0\n"}, "PEtab v2 is not supported yet"),
+        ({"yaml": ""}, "not a PEtab problem"),
+        ({"parameters": ""}, "could not be read.*EmptyDataError"),
+    ],
+)
+def test_bad_petab_files_are_refused_with_the_reason(tmp_path, tables, match):
+    """Files that `petab`'s linter rejects (they used to load, silently wrong: sigma = 1
+    for an empty noise override, a new default condition for an unknown id, a parameter
+    fixed for estimate = 2, ...) are refused with its findings; what it lets through
+    and the import cannot use names the table, row and column."""
+    from helpers import write_petab
+
+    tables = dict(tables)
+    yaml_text = tables.pop("yaml", None)
+    empty = {k for k, v in tables.items() if v == ""}
+    path = write_petab(tmp_path / "p", **{k: v for k, v in tables.items() if v})
+    for k in empty:
+        (path.parent / f"{k}.tsv").write_text("")
+    if yaml_text is not None:
+        text = path.read_text().replace("format_version: 1\n", yaml_text)
+        path.write_text(text if yaml_text else "")
+    with pytest.raises(ValueError, match=f"(?s){match}"):
+        ji.petab.load(path)
+
+
+def test_petab_defaults_and_missing_data(tmp_path):
+    """An empty `observableTransformation` cell is PEtab's default `lin`, a number
+    written as text in the condition table is that number, and NaN measurements are
+    missing data when asked for (with a warning naming the rows)."""
+    from helpers import write_petab
+
+    obs = "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\n"
+    obs += "obs_X\tX * scale\tnoiseParameter1_obs_X\t\n"
+    conditions = "conditionId\tconditionName\tscale\nc0\tc0\t2.5\nc1\tc1\tk_text\n"
+    meas = _MEAS + _ROWS + "obs_X\tc1\tNaN\t3.0\t0.1\nobs_X\tc1\t0.8\t3.0\t0.1\n"
+    pars = _PARS.format(k=1) + "k_text\tlin\t0\t10\t1.5\t0\n"
+    path = write_petab(
+        tmp_path / "p", observables=obs, conditions=conditions, measurements=meas,
+        parameters=pars,
+    )  # fmt: skip
+    text = path.parent / "model.xml"
+    import libsbml
+
+    doc = libsbml.readSBMLFromFile(str(text))
+    q = doc.getModel().createParameter()
+    q.setId("scale"), q.setValue(1.0), q.setConstant(True)
+    libsbml.writeSBMLToFile(doc, str(text))
+    with pytest.raises(ValueError, match=r"rows \[4\]"):
+        ji.petab.load(path)
+    with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
+        problem = ji.petab.load(path, allow_missing=True)
+    assert problem.transforms == ("lin",)
+    assert problem.data.shape[0] == 2 and np.isfinite(problem.data).sum() == 3
+    y = np.asarray(ji.predict(problem).outputs)
+    x = np.asarray(ji.simulate(problem.model, problem.model.parameters.nominal,
+                               jnp.asarray([1.0, 2.0, 3.0])).ys)[:, 0]  # fmt: skip
+    np.testing.assert_allclose(y[0, :2, 0], 2.5 * x[:2], rtol=1e-6)
+    np.testing.assert_allclose(y[1, 0, 0], 1.5 * x[2], rtol=1e-6)
