@@ -3,10 +3,11 @@ SymPy trees (no string is ever evaluated), and the trees evaluated as JAX operat
 
 Supported: species in compartments of constant size (concentrations or amounts, as the
 file declares them), boundary and constant species, initial assignments, assignment
-and rate rules, reactions with kinetic laws and local parameters, and function
-definitions (inlined). Events, algebraic rules, delays, fast reactions, conversion
-factors, variable stoichiometry and compartments of varying size raise a
-`ValueError` naming the feature.
+and rate rules, reactions with kinetic laws and local parameters, function
+definitions (inlined), and `piecewise` conditions on `time` against parameters, which
+become switching times (the solver steps onto them, and the sensitivities jump
+there). Events, algebraic rules, delays, fast reactions, conversion factors, variable
+stoichiometry and compartments of varying size raise a `ValueError` naming the feature.
 """
 
 import os

@@ -46,6 +46,18 @@ class AbstractTransformedModel(AbstractModel):
         return self.base.state_names
 
 
+class AbstractSameParameters(AbstractTransformedModel):
+    """A transform that keeps the base's parameters and initial time."""
+
+    @property
+    def parameters(self) -> Parameters:
+        return self.base.parameters
+
+    @property
+    def t0(self):
+        return self.base.t0
+
+
 class AbstractTransformedODE(AbstractTransformedModel, ODEModel):
     """Forwards every `ODEModel` method to `base`, with `base_theta(theta)`."""
 
@@ -265,7 +277,7 @@ def change_units(model: AbstractModel, units: Mapping[str, float]) -> AbstractRe
 # Switching times that depend on the parameters
 
 
-class TimeWarped(AbstractTransformedODE):
+class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
     """The model in a warped time `s` that moves with its switching times, so that a
     right-hand side which jumps at `tau(theta)` (a `piecewise` in `time < t_1`, a step in
     an input) gets the true derivative with respect to `theta` through `tau`.
@@ -284,14 +296,6 @@ class TimeWarped(AbstractTransformedODE):
     inside the solves for an ODE model that declares `switching_times`."""
 
     base: ODEModel
-
-    @property
-    def parameters(self) -> Parameters:
-        return self.base.parameters
-
-    @property
-    def t0(self):
-        return self.base.t0
 
     def _segment(self, s, theta):
         """The knot at the start of the segment holding `s` (moving, and at the point)

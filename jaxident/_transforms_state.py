@@ -12,7 +12,7 @@ from ._checks import check_model
 from ._linalg._misc import matmul
 from ._model import ODEModel
 from ._parameters import Parameters
-from ._transforms import AbstractTransformedODE
+from ._transforms import AbstractSameParameters, AbstractTransformedODE
 
 
 # --------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def free_initial_state(
 # Galerkin reduction
 
 
-class PODModel(AbstractTransformedODE):
+class PODModel(AbstractSameParameters, AbstractTransformedODE):
     """A Galerkin-projected reduced-order model `y ~ basis @ y~ + mean`:
     `y~' = basis^T f(t, basis y~ + mean, theta)`, `y~(t0) = basis^T (y0(theta) - mean)`,
     output `h(t, basis y~ + mean, theta)`. Made by `ji.pod_reduce`; `lift` and `restrict`
@@ -152,14 +152,6 @@ class PODModel(AbstractTransformedODE):
     base: ODEModel
     basis: Float[Array, "n k"]
     mean: Float[Array, " n"]
-
-    @property
-    def parameters(self) -> Parameters:
-        return self.base.parameters
-
-    @property
-    def t0(self):
-        return self.base.t0
 
     @property
     def state_names(self):

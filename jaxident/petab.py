@@ -5,16 +5,21 @@ The tables are read by the `petab` package and every formula is parsed by its gr
 from a file is ever evaluated as Python, so a formula such as `__import__('os')` is a
 parse error, not code that runs.
 
-What is supported: one SBML model; observables with lin/log/log10 transformations and
+Every problem is first checked by `petab`'s own linter and refused with its findings
+where the linter rejects it; PEtab v2 files are refused. What is supported: one SBML
+model; observables with lin/log/log10 transformations and
 normal or Laplace noise; observable and noise parameter overrides (numbers or
 parameter ids, one per condition and observable); conditions that set parameters or
 compartment sizes (numbers or parameter ids); pre-equilibration to a steady state
 (for all conditions or none); parameters on lin, log and log10 scales. Estimated
 parameters that only enter the noise model (`sd_*`, `sigma`) are held at their nominal
 values and listed as `problem.noise_parameters`; the others are the problem's
-parameters, on their PEtab scale. Species overrides in conditions, steady-state
-measurements (time `inf`) and several models raise a `ValueError`; priors are ignored
-(they do not change a local identifiability analysis).
+parameters, on their PEtab scale. Empty cells take PEtab's defaults (`lin`,
+`normal`). A `piecewise` in `time` against parameters (`time < t_on`) is a switching
+time with its sensitivities (the jump condition). NaN measurements are an error, or
+missing data with `allow_missing=True`. Species overrides in conditions, steady-state
+measurements (time `inf`), SBML events and several models raise a `ValueError`;
+priors are ignored (they do not change a local identifiability analysis).
 """
 
 import logging
