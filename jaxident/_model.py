@@ -236,6 +236,12 @@ class ODEModel(AbstractModel):
         straddles a kink and the error control stays valid there."""
         return None
 
+    def reinitialize(self, x: PyTree[Array], theta: ParameterValues) -> PyTree[Array]:
+        """The state an experiment starts from after a pre-equilibration ended in `x`:
+        `x` itself by default; a model whose conditions set some states (PEtab's
+        species in the condition table) puts their values in."""
+        return x
+
     def lift(self, x: PyTree[Array]) -> PyTree[Array]:
         """The state in the full space; identity except for reduced-order models
         (`ji.pod_reduce`), which return `basis @ x + mean`."""

@@ -73,7 +73,8 @@ class _Preequilibrated(ODEModel):
                 throw=False,
             )
         ok = diffrax.is_okay(sol.result)
-        return jnp.where(ok, sol.ys[-1], jnp.nan)
+        # the states this experiment's condition sets start from its values instead
+        return self.inner.reinitialize(jnp.where(ok, sol.ys[-1], jnp.nan), self._split(theta)[0])
 
     def vector_field(self, t, x, theta):
         return self.inner.vector_field(t, x, self._split(theta)[0])

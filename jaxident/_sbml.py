@@ -126,6 +126,7 @@ class SBMLModel(ODEModel):
     name: str = eqx.field(static=True, default="sbml")
     source: str | None = eqx.field(static=True, default=None)
     switches: tuple[sp.Expr, ...] = eqx.field(static=True, default=())
+    overrides: tuple[str, ...] = eqx.field(static=True, default=())
 
     integrator: ClassVar[Integrator] = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 
@@ -151,7 +152,20 @@ class SBMLModel(ODEModel):
         env = self._env(jnp.asarray(self.t0, dtype=float), theta)
         for name, expr in self.initial:
             env[name] = evaluate(expr, env)
+            if name in self.overrides:
+                env[name] = self._override(name, env[name], theta)
         return jnp.stack([jnp.asarray(env[s], dtype=float) for s in self.state_ids])
+
+    def _override(self, name, value, theta):
+        return jnp.where(theta[initial_set(name)] > 0.5, theta[initial_value(name)], value)
+
+    def reinitialize(self, x, theta: ParameterValues) -> Array:
+        """The state after a pre-equilibration, with the states that this condition
+        sets (`initial_overrides`) at its values and the others kept."""
+        for name in self.overrides:
+            i = self.state_ids.index(name)
+            x = x.at[i].set(self._override(name, x[i], theta))
+        return x
 
     def state_env(self, t, x, theta: ParameterValues) -> dict:
         env = self._env(t, theta)
@@ -177,6 +191,16 @@ class SBMLModel(ODEModel):
         env = self.state_env(t, x, theta)
         zero = jnp.zeros((), dtype=x.dtype)
         return jnp.stack([zero + evaluate(o, env) for o in self.observables])
+
+
+def initial_value(state: str) -> str:
+    """The parameter holding a condition's initial value of `state` (`initial_overrides`)."""
+    return f"__init_{state}"
+
+
+def initial_set(state: str) -> str:
+    """The parameter that is 1 where a condition sets `state` and 0 where it keeps it."""
+    return f"__set_{state}"
 
 
 def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, ...]:
@@ -221,6 +245,7 @@ def sbml_model(
     extra_parameters: Mapping[str, float] | None = None,
     times: Sequence[float] | None = None,
     t0: float = 0.0,
+    initial_overrides: Sequence[str] = (),
 ) -> SBMLModel:
     """Read an SBML file as an `SBMLModel`.
 
@@ -233,6 +258,10 @@ def sbml_model(
     - `extra_parameters`: `{name: value}` parameters the file does not declare
       (observable and noise placeholders of a PEtab problem).
     - `times`, `t0`: the observation grid (default: 0..10) and the initial time.
+    - `initial_overrides`: states (species, rate-rule variables) whose initial value a
+      condition may set (PEtab's species in the condition table): two parameters each,
+      `__init_<id>` (the value, in the state's units) and `__set_<id>` (1 to use it, 0
+      for the model's own value); after a pre-equilibration, `reinitialize` sets them.
 
     **Raises:** `ValueError` naming an unsupported feature or an undefined symbol.
     """
@@ -265,7 +294,12 @@ def sbml_model(
         if pid in assigned:
             continue
         if pid in rated:
-            initial[pid] = ia.get(pid, sp.Float(_value(p, "parameter", path)))
+            if pid in ia:
+                initial[pid] = ia[pid]
+            elif p.isSetValue() or pid not in initial_overrides:
+                initial[pid] = sp.Float(_value(p, "parameter", path))
+            else:  # set by the conditions alone: NaN where one does not
+                initial[pid] = sp.nan
             rates[pid] = from_mathml(rated[pid].getMath(), f"rate rule for {pid!r}")
         elif pid in ia:
             rules[pid] = ia[pid]
@@ -286,6 +320,8 @@ def sbml_model(
         elif s.isSetInitialAmount():
             v = sp.Float(s.getInitialAmount())
             initial[sid] = v / comp if conc else v
+        elif sid in initial_overrides:  # set by the conditions alone
+            initial[sid] = sp.nan
         else:
             raise ValueError(f"{path}: species {sid!r} has no initial value.")
         rates[sid] = (
@@ -318,6 +354,11 @@ def sbml_model(
         raise ValueError(f"{path}: extra parameters {clash} clash with ids of the model.")
     names.update(extra)
     state_ids = tuple(initial)
+    unknown = sorted(set(initial_overrides) - set(state_ids))
+    if unknown:
+        raise ValueError(f"{path}: initial_overrides {unknown} are not states of the model.")
+    for sid in initial_overrides:
+        names[initial_value(sid)], names[initial_set(sid)] = 0.0, 0.0
     if observables is None:
         observables = {s: sp.Symbol(s) for s in state_ids}
     known = set(names) | set(state_ids) | set(rules) | {TIME}
@@ -354,4 +395,5 @@ def sbml_model(
         name=m.getId() or os.path.basename(os.fspath(path)),
         source=os.path.abspath(os.fspath(path)),
         switches=_switches([*rates.values(), *rules.values()], rules, names),
+        overrides=tuple(initial_overrides),
     )

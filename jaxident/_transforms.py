@@ -75,6 +75,9 @@ class AbstractTransformedODE(AbstractTransformedModel, ODEModel):
     def switching_times(self, theta):
         return self.base.switching_times(self.base_theta(theta))
 
+    def reinitialize(self, x, theta):
+        return self.base.reinitialize(x, self.base_theta(theta))
+
     def lift(self, x):
         return self.base.lift(x)
 

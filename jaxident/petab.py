@@ -183,7 +183,9 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     parse, the linter's findings, or the table, row and column of an inconsistency.
     """
     from ._problem import Experiment, Problem
-    from ._sbml import sbml_model
+    import pandas as pd
+
+    from ._sbml import initial_set, initial_value, sbml_model
     from ._symbolic import symbols_of
 
     yaml_path = os.fspath(yaml_path)
@@ -275,20 +277,20 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     outputs = dict(observables)
     if not all(on_host):
         outputs.update(noise)
-    model = sbml_model(sbml_path, observables=outputs, extra_parameters=extra)
+    # species (and rate-rule variables) set by a condition: their initial values
+    cond_cols = [c for c in cond_df.columns if c not in ("conditionId", "conditionName")]
+    rated = {r.getVariable() for r in sbml.getListOfRules() if r.isRate()}
+    init_cols = [c for c in cond_cols if c in species_ids or c in rated]
+    model = sbml_model(
+        sbml_path, observables=outputs, extra_parameters=extra, initial_overrides=init_cols
+    )
     constants = dict(zip(model.parameters.names, np.asarray(model.parameters.nominal).tolist()))
     constants.update({p: nominal_of[p] for p in par_df.index})
 
     # one experiment per condition pair
     cond_df = cond_df.set_index("conditionId")
-    cond_cols = [c for c in cond_df.columns if c != "conditionName"]
     for c in cond_cols:
-        if c in species_ids:
-            raise ValueError(
-                f"{yaml_path}: condition column {c!r} sets a species; species overrides in "
-                "conditions are not supported yet."
-            )
-        if c not in model.parameters.names:
+        if c not in model.parameters.names and c not in init_cols:
             raise ValueError(
                 f"{yaml_path}: condition column {c!r} is not a parameter or compartment of "
                 "the model."
@@ -314,8 +316,11 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
         for c in cond_cols:
             v = cond_df.loc[cid, c]
             if isinstance(v, float) and np.isnan(v):
-                continue
-            out[c] = resolve(v)
+                continue  # a species keeps its value (the model's, or pre-equilibrated)
+            if c in init_cols:
+                out[initial_value(c)], out[initial_set(c)] = resolve(v), 1.0
+            else:
+                out[c] = resolve(v)
         for p in model.parameters.names:
             if p not in out and p in par_df.index:
                 out[p] = resolve(p)
@@ -336,9 +341,36 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
         meas_df["preequilibrationConditionId"].astype(object).fillna("").astype(str)
     )
     obs_ids = list(observables)
-    experiments = []
-    groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
-    for (pre, sim), df in groups:
+
+    def overrides_of(row):
+        """`{(observable, kind): values}` of the overrides a row puts in the model."""
+        oid = row["observableId"]
+        if oid not in observables:
+            raise ValueError(f"{yaml_path}: measurement of unknown observable {oid!r}.")
+        out = {}
+        for kind, col in (("observable", "observableParameters"), ("noise", "noiseParameters")):
+            if kind == "noise" and on_host[obs_ids.index(oid)]:
+                continue
+            out[(oid, kind)] = tuple(_overrides(row.get(col)))
+        return out
+
+    def buckets(df):
+        """The rows of one condition pair in groups whose overrides agree: one group
+        unless the overrides change between time points (each group an experiment)."""
+        groups: list[tuple[dict, list]] = []
+        for _, row in df.iterrows():
+            ov = overrides_of(row)
+            for assigned, rows in groups:
+                if all(assigned.get(k, v) == v for k, v in ov.items()):
+                    assigned.update(ov)
+                    rows.append(row)
+                    break
+            else:
+                groups.append((dict(ov), [row]))
+        return groups
+
+    def experiment(rows, pre, sim, label):
+        df = pd.DataFrame(rows)
         df_t = df["time"].astype(float)
         counts = df.assign(t=df_t).groupby(["t", "observableId"]).size()
         slots = counts.groupby(level=0).max()  # replicates: a time repeats
@@ -347,36 +379,32 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
         data = np.full((times.size, len(obs_ids)), np.nan)
         sigma = np.ones_like(data)
         cond = condition_map(sim)
-        seen = {}
         for _, row in df.iterrows():
             oid = row["observableId"]
-            if oid not in observables:
-                raise ValueError(f"{yaml_path}: measurement of unknown observable {oid!r}.")
             o = obs_ids.index(oid)
             i = first[float(row["time"])]
             while not np.isnan(data[i, o]):
                 i += 1
             data[i, o] = float(row["measurement"])
-            for kind, col in (("observable", "observableParameters"), ("noise", "noiseParameters")):
-                vals = tuple(_overrides(row.get(col)))
-                if kind == "noise" and on_host[o]:
-                    sigma[i, o] = host_sigma(oid, vals)
-                    continue
-                key = (oid, kind)
-                if seen.setdefault(key, vals) != vals:
-                    raise ValueError(
-                        f"{yaml_path}: the {kind} parameters of {oid!r} differ between "
-                        f"measurements of condition {sim!r}; one override per condition and "
-                        "observable is supported."
-                    )
+            if on_host[o]:
+                sigma[i, o] = host_sigma(oid, tuple(_overrides(row.get("noiseParameters"))))
+            for (_, kind), vals in overrides_of(row).items():
                 for k, v in enumerate(vals, start=1):
                     ph = f"{kind}Parameter{k}_{oid}"
                     if ph not in model.parameters.names:
                         raise ValueError(f"{yaml_path}: {oid!r} has no placeholder {ph!r}.")
                     cond[ph] = resolve(v)
         pre_map = condition_map(pre) if pre else None
+        return Experiment(times, data, sigma, cond, label, pre_map)
+
+    experiments = []
+    groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
+    for (pre, sim), df in groups:
         label = f"{pre}->{sim}" if pre else sim
-        experiments.append(Experiment(times, data, sigma, cond, label, pre_map))
+        parts = buckets(df)
+        for k, (_, rows) in enumerate(parts):
+            name = label if len(parts) == 1 else f"{label}#{k + 1}"
+            experiments.append(experiment(rows, pre, sim, name))
     problem_params = _parameters(par_df, estimated)
     return Problem(
         model,
@@ -421,7 +449,7 @@ def simulation_table(problem, prediction):
     outputs = np.asarray(prediction.outputs)
     times = np.asarray(problem.times)
     for e, name in enumerate(problem.experiment_names):
-        pre, _, sim = name.rpartition("->")
+        pre, _, sim = name.split("#")[0].rpartition("->")  # '#k': time-point overrides
         for i, o in zip(*np.nonzero(~np.isnan(data[e]))):
             rows.append(
                 {
