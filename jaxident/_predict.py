@@ -54,33 +54,62 @@ class _Preequilibrated(ODEModel):
 
     def initial_state(self, theta):
         _, pre = self._split(theta)
-        x0 = self.inner.initial_state(pre)
-        ig = self.integrator_
-        with traced_once(ig.solver) as solver:
-            sol = diffrax.diffeqsolve(
-                diffrax.ODETerm(lambda t, x, a: self.inner.vector_field(t, x, a)),
-                solver,
-                t0=self.inner.t0,
-                t1=jnp.inf,
-                dt0=1e-3,
-                y0=x0,
-                args=pre,
-                saveat=diffrax.SaveAt(t1=True),
-                stepsize_controller=diffrax.PIDController(rtol=ig.rtol, atol=ig.atol),
-                event=diffrax.Event(diffrax.steady_state_event(rtol=ig.rtol, atol=ig.atol)),
-                adjoint=diffrax.ForwardMode(),
-                max_steps=ig.max_steps,
-                throw=False,
-            )
-        ok = diffrax.is_okay(sol.result)
+        x = steady_state(self.inner, pre, self.inner.initial_state(pre), self.integrator_)
         # the states this experiment's condition sets start from its values instead
-        return self.inner.reinitialize(jnp.where(ok, sol.ys[-1], jnp.nan), self._split(theta)[0])
+        return self.inner.reinitialize(x, self._split(theta)[0])
 
     def vector_field(self, t, x, theta):
         return self.inner.vector_field(t, x, self._split(theta)[0])
 
     def output(self, t, x, theta):
         return self.inner.output(t, x, self._split(theta)[0])
+
+
+def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: Integrator):
+    """The steady state the model reaches from `x0` (NaN where the solve fails): the
+    solve runs until `f(x)` is small against the integrator's tolerances (diffrax's
+    `steady_state_event`), differentiated in forward mode, so its tangents are the
+    sensitivities of the state reached (exact at the steady state, conserved moieties
+    included, where the implicit function theorem's `f_x` is singular)."""
+    with traced_once(integrator.solver) as solver:
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
+            solver,
+            t0=model.t0,
+            t1=jnp.inf,
+            dt0=1e-3,
+            y0=x0,
+            args=theta,
+            saveat=diffrax.SaveAt(t1=True),
+            stepsize_controller=diffrax.PIDController(rtol=integrator.rtol, atol=integrator.atol),
+            event=diffrax.Event(
+                diffrax.steady_state_event(rtol=integrator.rtol, atol=integrator.atol)
+            ),
+            adjoint=diffrax.ForwardMode(),
+            max_steps=integrator.max_steps,
+            throw=False,
+        )
+    return jnp.where(diffrax.is_okay(sol.result), sol.ys[-1], jnp.nan)
+
+
+def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
+    """Outputs (`(n, outputs)`, every row the same) at the steady state the experiment's
+    model reaches, with their derivatives in the directions `M_e` (`(n, outputs, k)`)."""
+
+    def outputs(p):
+        view = model.parameters.view(p)
+        x = steady_state(model, view, model.initial_state(view), integrator)
+        t = jnp.asarray(jnp.inf, dtype=p.dtype)
+        return jnp.atleast_1d(jnp.asarray(model.output(t, x, view), dtype=p.dtype))
+
+    if jacobian:
+        y, Y = jax.vmap(lambda d: jax.jvp(outputs, (th_e,), (d,)), in_axes=1, out_axes=(0, 1))(M_e)
+        y = y[0]
+        Y = jnp.broadcast_to(Y, (n, *Y.shape))
+    else:
+        y, Y = outputs(th_e), None
+    y = jnp.broadcast_to(y, (n, y.shape[0]))
+    return y, Y, jnp.all(jnp.isfinite(y))
 
 
 def _model_theta(problem: Problem, theta: Array, source, constant):
@@ -160,7 +189,7 @@ def _predict(
     th, M = _directions(problem, theta)
     m = problem.n_observables
 
-    def one(th_e, M_e, times):
+    def transient(th_e, M_e, times):
         if jacobian:
             y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
             Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
@@ -168,6 +197,16 @@ def _predict(
             solved = solve(model, th_e, times, integrator, adjoint)
             y, Y = solved.ys, None
         return y.reshape(times.shape[0], -1), Y, solved.ok
+
+    def one(th_e, M_e, times):
+        if not problem.steady_state:
+            return transient(th_e, M_e, times)
+        # some experiments measure at steady state (all their times inf): both, chosen
+        steady = jnp.isinf(times[0])
+        t_finite = jnp.where(jnp.isinf(times), model.t0 + 1.0, times)
+        out = transient(th_e, M_e, t_finite)
+        ss = _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
+        return jax.tree.map(lambda a, b: jnp.where(steady, b, a), out, ss)
 
     y, Y, ok = jax.vmap(one)(th, M, problem.times)
     pred = y[..., :m]

@@ -50,7 +50,8 @@ class Experiment(eqx.Module):
     **Arguments:**
 
     - `times`: the measurement times, non-decreasing (a time given twice holds
-      replicate measurements).
+      replicate measurements); all `inf` for measurements at the steady state that
+      the model reaches from its initial state (PEtab's time `inf`).
     - `data`: `(n_times, n_outputs)` measurements, NaN where an output was not measured
       at a time; `None` for a design study (no data: only the noise model matters).
     - `sigma`: the noise standard deviations: a scalar, one per output, one per datum,
@@ -80,8 +81,13 @@ class Experiment(eqx.Module):
         times = np.asarray(times, dtype=float)
         if times.ndim != 1 or times.size == 0:
             raise ValueError(f"times must be a non-empty 1-D array, got shape {times.shape}.")
-        if not np.all(np.isfinite(times)):
-            raise ValueError("times must be finite (steady-state measurements are not supported).")
+        if np.any(np.isnan(times)) or np.any(times == -np.inf):
+            raise ValueError("times must be numbers, or inf for a steady-state measurement.")
+        if np.any(np.isinf(times)) and not np.all(np.isinf(times)):
+            raise ValueError(
+                "An experiment measures at finite times or at steady state (inf), not both: "
+                "give the steady-state measurements an experiment of their own."
+            )
         if np.any(np.diff(times) < 0):
             raise ValueError("times must be non-decreasing (a time repeats for replicates).")
         self.times = times
@@ -156,6 +162,7 @@ class Problem(eqx.Module):
     source: tuple = eqx.field(static=True)
     constant: Float[Array, "e pm"]
     pre_source: tuple | None = eqx.field(static=True)
+    steady_state: bool = eqx.field(static=True)
     pre_constant: Float[Array, "e pm"] | None
     experiment_names: tuple[str, ...] = eqx.field(static=True)
     transforms: tuple[str, ...] = eqx.field(static=True)
@@ -244,6 +251,7 @@ class Problem(eqx.Module):
             # time of a design study (no data)
             seen = np.ones((n, m), bool) if e.data is None else ~np.isnan(d)
             observed.append(np.concatenate([seen, np.zeros((pad, m), bool)]))
+        self.steady_state = bool(np.any(np.isinf(np.stack(times))))
         self.times = jnp.asarray(np.stack(times))
         self.data = jnp.asarray(np.stack(data))
         self.sigma = jnp.asarray(np.stack(sigma))

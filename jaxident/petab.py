@@ -7,19 +7,21 @@ parse error, not code that runs.
 
 Every problem is first checked by `petab`'s own linter and refused with its findings
 where the linter rejects it; PEtab v2 files are refused. What is supported: one SBML
-model; observables with lin/log/log10 transformations and
-normal or Laplace noise; observable and noise parameter overrides (numbers or
-parameter ids, one per condition and observable); conditions that set parameters or
-compartment sizes (numbers or parameter ids); pre-equilibration to a steady state
-(for all conditions or none); parameters on lin, log and log10 scales. Estimated
-parameters that only enter the noise model (`sd_*`, `sigma`) are held at their nominal
-values and listed as `problem.noise_parameters`; the others are the problem's
-parameters, on their PEtab scale. Empty cells take PEtab's defaults (`lin`,
-`normal`). A `piecewise` in `time` against parameters (`time < t_on`) is a switching
-time with its sensitivities (the jump condition). NaN measurements are an error, or
-missing data with `allow_missing=True`. Species overrides in conditions, steady-state
-measurements (time `inf`), SBML events and several models raise a `ValueError`;
-priors are ignored (they do not change a local identifiability analysis).
+model; observables with lin/log/log10 transformations and normal or Laplace noise;
+observable and noise parameter overrides (numbers or parameter ids; where they change
+between time points, the condition's rows become several experiments); conditions
+that set parameters, compartment sizes or the initial values of species and rate-rule
+states (numbers or parameter ids; NaN keeps the model's or the pre-equilibrated
+value); pre-equilibration to a steady state (for all conditions or none); measurements
+at time `inf`, at the steady state the condition reaches (an experiment of their
+own); parameters on lin, log and log10 scales. Estimated parameters that only enter
+the noise model (`sd_*`, `sigma`) are held at their nominal values and listed as
+`problem.noise_parameters`; the others are the problem's parameters, on their PEtab
+scale. Empty cells take PEtab's defaults (`lin`, `normal`). A `piecewise` in `time`
+against parameters (`time < t_on`) is a switching time with its sensitivities (the
+jump condition). NaN measurements are an error, or missing data with
+`allow_missing=True`. SBML events and several models raise a `ValueError`; priors are
+ignored (they do not change a local identifiability analysis).
 """
 
 import logging
@@ -182,9 +184,9 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     **Raises:** `ValueError` naming an unsupported feature, a formula that does not
     parse, the linter's findings, or the table, row and column of an inconsistency.
     """
-    from ._problem import Experiment, Problem
     import pandas as pd
 
+    from ._problem import Experiment, Problem
     from ._sbml import initial_set, initial_value, sbml_model
     from ._symbolic import symbols_of
 
@@ -199,8 +201,6 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     cfg = _petab()[0].yaml.load_yaml(yaml_path)
     spec = cfg["problems"][0]
     sbml_path = os.path.join(base, spec["sbml_files"][0])
-    if np.isinf(meas_df["time"].astype(float)).any():
-        raise ValueError(f"{yaml_path}: steady-state measurements (time inf) are not supported.")
 
     # observables and noise formulas, with their placeholders
     observables, noise, transforms, distributions, placeholders = {}, {}, [], [], {}
@@ -399,12 +399,16 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
 
     experiments = []
     groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
-    for (pre, sim), df in groups:
+    for (pre, sim), both in groups:
         label = f"{pre}->{sim}" if pre else sim
-        parts = buckets(df)
-        for k, (_, rows) in enumerate(parts):
-            name = label if len(parts) == 1 else f"{label}#{k + 1}"
-            experiments.append(experiment(rows, pre, sim, name))
+        steady = np.isinf(both["time"].astype(float).to_numpy())
+        for df, tag in ((both[~steady], ""), (both[steady], "#steady-state")):
+            if df.empty:
+                continue
+            parts = buckets(df)
+            for k, (_, rows) in enumerate(parts):
+                name = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
+                experiments.append(experiment(rows, pre, sim, name))
     problem_params = _parameters(par_df, estimated)
     return Problem(
         model,

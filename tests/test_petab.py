@@ -346,3 +346,41 @@ def test_petab_defaults_and_missing_data(tmp_path):
                                jnp.asarray([1.0, 2.0, 3.0])).ys)[:, 0]  # fmt: skip
     np.testing.assert_allclose(y[0, :2, 0], 2.5 * x[:2], rtol=1e-6)
     np.testing.assert_allclose(y[1, 0, 0], 1.5 * x[2], rtol=1e-6)
+
+
+def test_steady_state_measurements(tmp_path):
+    """Measurements at time inf are the steady state the condition reaches: with the
+    input never switched off, `X' = a - k X` settles at `a/k`, and the sensitivities
+    there are the closed form's (`d(a/k)/dlog10 k = -ln(10) a/k`); the finite-time
+    rows of the same condition are unchanged."""
+    from helpers import write_petab
+
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+    )
+    meas = _MEAS + _ROWS + "obs_X\tc0\t2.9\tinf\t0.1\nobs_X\tc0\t2.8\tinf\t0.1\n"
+    path = write_petab(tmp_path / "ss", parameters=pars, measurements=meas)
+    problem = ji.petab.load(path)
+    assert problem.experiment_names == ("c0", "c0#steady-state")
+    assert problem.steady_state
+    k, a = 0.7, 2.0
+    pred = ji.predict(problem)
+    np.testing.assert_allclose(np.asarray(pred.outputs)[1, :, 0], a / k, rtol=1e-6)
+    x = lambda t: a / k + (0.5 - a / k) * np.exp(-k * t)
+    np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], x(np.array([1.0, 2.0])),
+                               rtol=1e-6)  # fmt: skip
+    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    assert S.shape == (4, 2)
+    ln10 = np.log(10)
+    np.testing.assert_allclose(S[2:], [[-ln10 * a / k / 0.1, ln10 * a / k / 0.1]] * 2,
+                               rtol=1e-5)  # fmt: skip
+    sim = ji.petab.simulation_table(problem, pred)
+    assert np.isinf(sim["time"]).sum() == 2 and set(sim["simulationConditionId"]) == {"c0"}
+    llh = petab.calculate_llh(
+        petab.Problem.from_yaml(str(path)).measurement_df,
+        sim,
+        petab.Problem.from_yaml(str(path)).observable_df,
+        petab.Problem.from_yaml(str(path)).parameter_df,
+    )
+    np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
