@@ -42,7 +42,7 @@ from ._model import (
 )
 from ._nonsmooth import ld_jvp, record_switches
 from ._rosenbrock import Rodas4, traced_once
-from ._simulate import _switching_times as switching_times, solve, Solved
+from ._simulate import _switching_times as switching_times, in_segments, solve, Solved
 from ._transforms import time_warped
 
 
@@ -244,22 +244,31 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         tt, Ms_ = args
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
-    with traced_once(_staggered(integrator.solver)) as solver:
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vf),
-            solver,
-            t0=model.t0,
-            t1=times[-1],
-            dt0=integrator.dt0,
-            y0=(z0, Z0),
-            args=(theta, Ms),
-            saveat=diffrax.SaveAt(ts=times),
-            stepsize_controller=_controller(model, integrator, th, f, z0, theta, times),
-            adjoint=diffrax.RecursiveCheckpointAdjoint(),
-            max_steps=integrator.max_steps,
-            throw=False,
-        )
-    zs, Zs = sol.ys
+    def run(t0, t1, y_start, ts):
+        with traced_once(_staggered(integrator.solver)) as solver:
+            return diffrax.diffeqsolve(
+                diffrax.ODETerm(vf),
+                solver,
+                t0=t0,
+                t1=t1,
+                dt0=integrator.dt0,
+                y0=y_start,
+                args=(theta, Ms),
+                saveat=diffrax.SaveAt(ts=ts, t1=True),
+                stepsize_controller=_controller(model, integrator, th, f, z0, theta, ts),
+                adjoint=diffrax.RecursiveCheckpointAdjoint(),
+                max_steps=integrator.max_steps,
+                throw=False,
+            )
+
+    def jump(i, t, state):
+        def g(zz, pp):
+            return ravel_pytree(model.apply_event(i, t, unravel(zz), view(pp)))[0].astype(zz.dtype)
+
+        return ld_jvp(g, (state[0], theta), (state[1], Ms))
+
+    seg = in_segments(model, th, (z0, Z0), times, run, jump)
+    zs, Zs = seg.ys
 
     def observe(t, z, Z):
         def h(zz, pp):
@@ -276,20 +285,18 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         y, Y, state = ld_jvp(h, (z, theta), (Z, Ms), has_aux=True)
         return y, Y, state
 
-    ys, Ys, states = jax.vmap(observe)(sol.ts, zs, Zs)
+    ys, Ys, states = jax.vmap(observe)(times, zs, Zs)
     Y = (Ys / c).reshape(-1, M.shape[1])
     if dae:
         states = (jax.vmap(lambda z: unravel(z)[0])(zs), states)
     else:
         states = jax.vmap(unravel)(zs)
-    success = (sol.result == diffrax.RESULTS.successful) & init_ok
+    success = (seg.result == diffrax.RESULTS.successful) & init_ok
     ok = success & jnp.all(jnp.isfinite(ys)) & jnp.all(jnp.isfinite(Y))
     nan = jnp.asarray(jnp.nan, ys.dtype)
     ys = jnp.where(ok, ys, nan)
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
-    solved = Solved(
-        states, ys, ok, success, init_ok, sol.result._value, sol.stats["num_accepted_steps"]
-    )
+    solved = Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
     return ys.reshape(-1), Y, solved
 
 

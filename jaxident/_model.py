@@ -236,6 +236,27 @@ class ODEModel(AbstractModel):
         straddles a kink and the error control stays valid there."""
         return None
 
+    def event_times(self, theta: ParameterValues) -> Array | None:
+        """The times of the model's events (a dose, a reset), possibly depending on the
+        parameters, or `None` (the default). At each, the solve stops and
+        `apply_event` maps the state; the event times' sensitivities include the
+        jump (they are switching times too: declare them in `switching_times`)."""
+        return None
+
+    def apply_event(
+        self, i: int, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues
+    ) -> PyTree[Array]:
+        """The state just after event `i` (a static index into `event_times`) at `t`,
+        from the state `x` just before it."""
+        return x
+
+    @property
+    def fires_at_t0(self) -> tuple[bool, ...]:
+        """Per event, whether it fires when its time is at or before `t0` (an SBML
+        trigger that is true at the start and whose `initialValue` is false)."""
+        times = self.event_times(self.parameters.view(self.parameters.nominal))
+        return () if times is None else (False,) * int(jnp.size(times))
+
     def reinitialize(self, x: PyTree[Array], theta: ParameterValues) -> PyTree[Array]:
         """The state an experiment starts from after a pre-equilibration ended in `x`:
         `x` itself by default; a model whose conditions set some states (PEtab's

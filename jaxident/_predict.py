@@ -61,6 +61,19 @@ class _Preequilibrated(ODEModel):
     def vector_field(self, t, x, theta):
         return self.inner.vector_field(t, x, self._split(theta)[0])
 
+    def switching_times(self, theta):
+        return self.inner.switching_times(self._split(theta)[0])
+
+    def event_times(self, theta):
+        return self.inner.event_times(self._split(theta)[0])
+
+    def apply_event(self, i, t, x, theta):
+        return self.inner.apply_event(i, t, x, self._split(theta)[0])
+
+    @property
+    def fires_at_t0(self):
+        return self.inner.fires_at_t0
+
     def output(self, t, x, theta):
         return self.inner.output(t, x, self._split(theta)[0])
 

@@ -4,10 +4,13 @@ SymPy trees (no string is ever evaluated), and the trees evaluated as JAX operat
 Supported: species in compartments of constant size (concentrations or amounts, as the
 file declares them), boundary and constant species, initial assignments, assignment
 and rate rules, reactions with kinetic laws and local parameters, function
-definitions (inlined), and `piecewise` conditions on `time` against parameters, which
+definitions (inlined), `piecewise` conditions on `time` against parameters, which
 become switching times (the solver steps onto them, and the sensitivities jump
-there). Events, algebraic rules, delays, fast reactions, conversion factors, variable
-stoichiometry and compartments of varying size raise a `ValueError` naming the feature.
+there), and events triggered at a time from parameters (`time >= t_dose`) that assign
+to states (the solve stops there; the sensitivities take the jump condition). Events
+on the state, event delays, algebraic rules, delays, fast reactions, conversion
+factors, variable stoichiometry and compartments of varying size raise a `ValueError`
+naming the feature.
 """
 
 import os
@@ -39,8 +42,9 @@ def _libsbml():
 def _unsupported(model) -> list[str]:
     L = _libsbml()
     found = []
-    if model.getNumEvents():
-        found.append(f"events ({model.getNumEvents()})")
+    for ev in model.getListOfEvents():
+        if ev.isSetDelay():
+            found.append(f"a delay in event {ev.getId()!r}")
     for rule in model.getListOfRules():
         if rule.isAlgebraic():
             found.append("algebraic rules")
@@ -127,6 +131,9 @@ class SBMLModel(ODEModel):
     source: str | None = eqx.field(static=True, default=None)
     switches: tuple[sp.Expr, ...] = eqx.field(static=True, default=())
     overrides: tuple[str, ...] = eqx.field(static=True, default=())
+    events: tuple[tuple[sp.Expr, tuple[tuple[int, sp.Expr], ...], bool], ...] = eqx.field(
+        static=True, default=()
+    )
 
     integrator: ClassVar[Integrator] = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 
@@ -158,6 +165,27 @@ class SBMLModel(ODEModel):
 
     def _override(self, name, value, theta):
         return jnp.where(theta[initial_set(name)] > 0.5, theta[initial_value(name)], value)
+
+    def event_times(self, theta: ParameterValues) -> Array | None:
+        """The times of the SBML events (triggers `time >= tau`, `tau` from
+        parameters)."""
+        if not self.events:
+            return None
+        env = self._env(jnp.asarray(self.t0, dtype=float), theta)
+        zero = jnp.zeros((), dtype=float)
+        return jnp.stack([zero + evaluate(tau, env) for tau, _, _ in self.events])
+
+    def apply_event(self, i: int, t, x, theta: ParameterValues) -> Array:
+        """The event's assignments, all evaluated with the state before it."""
+        env = self.state_env(t, x, theta)
+        _, assignments, _ = self.events[i]
+        for k, expr in assignments:
+            x = x.at[k].set(jnp.asarray(evaluate(expr, env), dtype=x.dtype))
+        return x
+
+    @property
+    def fires_at_t0(self) -> tuple[bool, ...]:
+        return tuple(not initial_value for _, _, initial_value in self.events)
 
     def reinitialize(self, x, theta: ParameterValues) -> Array:
         """The state after a pre-equilibration, with the states that this condition
@@ -203,29 +231,71 @@ def initial_set(state: str) -> str:
     return f"__set_{state}"
 
 
+def _time_of(rel, rules: Mapping[str, sp.Expr], constants):
+    """`(tau, slope)` for a relation `lhs ~ rhs` whose `lhs - rhs`, with the assignment
+    rules substituted, is `slope * (time - tau)` with a constant slope and `tau` from
+    `constants` alone; else `None`."""
+    time = sp.Symbol(TIME)
+    d = rel.lhs - rel.rhs
+    for _ in range(len(rules) + 1):  # rules are acyclic: at most that deep
+        inner = {sp.Symbol(n): rules[n] for n in symbols_of(d) if n in rules}
+        if not inner:
+            break
+        d = d.xreplace(inner)
+    if time not in d.free_symbols or not symbols_of(d) - {TIME} <= set(constants):
+        return None
+    slope = sp.diff(d, time)
+    if slope.free_symbols or slope == 0:
+        return None
+    return -d.xreplace({time: sp.Integer(0)}) / slope, float(slope)
+
+
+def _events(m, rules, constants, state_ids, path):
+    """The SBML events as `(tau, ((state index, value), ...), initialValue)`: triggers
+    `time >= tau` (or `>`, or `tau <= time`) with `tau` from parameters, assignments
+    to states. Anything else is refused by name."""
+    out = []
+    for ev in m.getListOfEvents():
+        name = ev.getId() or f"#{len(out) + 1}"
+        trig = ev.getTrigger()
+        rel = from_mathml(trig.getMath() if trig is not None else None, f"event {name!r}")
+        found = None
+        if isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan,
+                            sp.StrictLessThan)):  # fmt: skip
+            found = _time_of(rel, rules, constants)
+        rising = isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan))
+        if found is None or (found[1] > 0) != rising:
+            raise ValueError(
+                f"{path}: event {name!r} has the trigger {rel}; only triggers on time "
+                "(time >= t_event, with t_event from parameters) are supported."
+            )
+        assignments = []
+        for ea in ev.getListOfEventAssignments():
+            var = ea.getVariable()
+            if var not in state_ids:
+                raise ValueError(
+                    f"{path}: event {name!r} assigns to {var!r}, which is not a state "
+                    "(species or rate-rule variable); only states can be assigned."
+                )
+            expr = from_mathml(ea.getMath(), f"event {name!r} assignment to {var!r}")
+            assignments.append((state_ids.index(var), expr))
+        initial = trig.getInitialValue() if trig.isSetInitialValue() else True
+        out.append((found[0], tuple(assignments), bool(initial)))
+    return tuple(out)
+
+
 def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, ...]:
     """The switching times of the relations on `time` in `exprs`: each relation
     `lhs < rhs` (any of <, <=, >, >=) whose `lhs - rhs`, with the assignment rules
     substituted, is linear in `time` with other symbols among `constants` only."""
-    time = sp.Symbol(TIME)
     out: dict[str, sp.Expr] = {}
     for e in exprs:
         for rel in e.atoms(sp.core.relational.Relational):
             if isinstance(rel, (sp.Eq, sp.Ne)):
                 continue
-            d = rel.lhs - rel.rhs
-            for _ in range(len(rules) + 1):  # rules are acyclic: at most that deep
-                inner = {sp.Symbol(n): rules[n] for n in symbols_of(d) if n in rules}
-                if not inner:
-                    break
-                d = d.xreplace(inner)
-            if time not in d.free_symbols or not symbols_of(d) - {TIME} <= set(constants):
-                continue
-            slope = sp.diff(d, time)
-            if slope.free_symbols or slope == 0 or sp.diff(slope, time) != 0:
-                continue
-            tau = -d.xreplace({time: sp.Integer(0)}) / slope
-            out.setdefault(sp.srepr(tau), tau)
+            found = _time_of(rel, rules, constants)
+            if found is not None:
+                out.setdefault(sp.srepr(found[0]), found[0])
     return tuple(out.values())
 
 
@@ -373,6 +443,8 @@ def sbml_model(
             if missing:
                 raise ValueError(f"{path}: the {what} of {key!r} use undefined symbols {missing}.")
     rule_order = dependency_order(rules, "assignment rules")
+    switches = _switches([*rates.values(), *rules.values()], rules, names)
+    events = _events(m, rules, names, state_ids, path)
     init_defs = {**initial, **rules}
     init_order = [n for n in dependency_order(init_defs, "initial values") if n in init_defs]
     nominal = np.array(list(names.values()), dtype=float)
@@ -394,6 +466,7 @@ def sbml_model(
         observable_ids=tuple(observables),
         name=m.getId() or os.path.basename(os.fspath(path)),
         source=os.path.abspath(os.fspath(path)),
-        switches=_switches([*rates.values(), *rules.values()], rules, names),
+        switches=tuple(dict.fromkeys([*switches, *(tau for tau, _, _ in events)])),
         overrides=tuple(initial_overrides),
+        events=events,
     )

@@ -144,6 +144,67 @@ def _switching_times(model, th):
     return jax.lax.stop_gradient(jnp.sort(jnp.atleast_1d(jnp.asarray(ts, dtype=float))))
 
 
+class Segments(NamedTuple):
+    """What `in_segments` returns: the states at the observation times, the worst
+    result of the segments' solves and their accepted steps."""
+
+    ys: Any
+    result: Any
+    num_steps: Array
+
+
+def in_segments(model, th, y0, times, run, jump) -> Segments:
+    """Integrate from `model.t0` to `times[-1]` with the model's events between: `run(t0,
+    t1, y0, ts)` solves one segment (a `diffrax.Solution` saved at `ts` and at `t1`),
+    and `jump(i, t, y)` applies event `i` at its time `t`. The events fire in the order
+    of their times (ties in the model's order); an observation at an event's time sees
+    the state after it. Event times are not differentiated here: their tangents come
+    from `TimeWarped`, whose knots they are, so the jump of the sensitivities at an
+    event is the derivative of `jump` there (Proof: in the warped time `X = S + f
+    w_theta`, and `S+ = g_x S- + g_theta + (g_x f- - f+) tau_theta` becomes
+    `X+ = g_x X- + g_theta`)."""
+    events = model.event_times(th)
+    if events is None:
+        sol = run(model.t0, times[-1], y0, times)
+        ys = jax.tree.map(lambda a: a[:-1], sol.ys)
+        return Segments(ys, sol.result, sol.stats["num_accepted_steps"])
+    tau = jax.lax.stop_gradient(jnp.atleast_1d(jnp.asarray(events, dtype=times.dtype)))
+    order = jnp.argsort(tau, stable=True)
+    t0 = jnp.asarray(model.t0, dtype=times.dtype)
+    end_all = jnp.maximum(times[-1], t0)
+    fires_at_t0 = jnp.asarray(model.fires_at_t0, dtype=bool)
+    start, y, ys = t0, y0, None
+    result, steps = diffrax.RESULTS.successful, jnp.asarray(0)
+    n = tau.shape[0]
+    for j in range(n + 1):
+        end = jnp.clip(tau[order[j]], start, end_all) if j < n else end_all
+        # a segment stops one ulp before its event, so that no stage of its last step
+        # sees the right-hand side (or `TimeWarped`'s slope) after the event
+        stop = jnp.maximum(jnp.nextafter(end, start), start) if j < n else end
+        sol = run(start, stop, y, jnp.clip(times, start, stop))
+        seg = jax.tree.map(lambda a: a[:-1], sol.ys)
+        y = jax.tree.map(lambda a: a[-1], sol.ys)
+        inside = (times >= start) & (times < end) if j < n else times >= start
+        if ys is None:
+            ys = seg
+        else:
+            ys = jax.tree.map(
+                lambda new, old: jnp.where(inside.reshape(-1, *[1] * (new.ndim - 1)), new, old),
+                seg,
+                ys,
+            )
+        result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, sol.result, result)
+        steps = steps + sol.stats["num_accepted_steps"]
+        if j < n:
+            i = order[j]
+            fire = jnp.where(tau[i] > t0, tau[i] <= end_all, fires_at_t0[i])
+            branches = [lambda yy, k=k: jump(k, end, yy) for k in range(n)]
+            jumped = jax.lax.switch(i, branches, y)
+            y = jax.tree.map(lambda a, b: jnp.where(fire, a, b), jumped, y)
+        start = end
+    return Segments(ys, result, steps)
+
+
 class Solved(NamedTuple):
     xs: Any
     ys: Array
@@ -175,39 +236,45 @@ def solve(
         term = diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args))
         y0 = model.initial_state(th)
         init_ok = jnp.asarray(True)
-    with traced_once(integrator.solver) as solver:
-        sol = diffrax.diffeqsolve(
-            term,
-            solver,
-            t0=model.t0,
-            t1=times[-1],
-            dt0=integrator.dt0,
-            y0=y0,
-            args=th,
-            saveat=diffrax.SaveAt(ts=times),
-            stepsize_controller=integrator.controller(_switching_times(model, th), times=times),
-            adjoint=adjoint,
-            max_steps=integrator.max_steps,
-            throw=False,
-        )
+    jumps = _switching_times(model, th)
+
+    def run(t0, t1, y_start, ts):
+        with traced_once(integrator.solver) as solver:
+            return diffrax.diffeqsolve(
+                term,
+                solver,
+                t0=t0,
+                t1=t1,
+                dt0=integrator.dt0,
+                y0=y_start,
+                args=th,
+                saveat=diffrax.SaveAt(ts=ts, t1=True),
+                stepsize_controller=integrator.controller(jumps, times=ts),
+                adjoint=adjoint,
+                max_steps=integrator.max_steps,
+                throw=False,
+            )
+
+    def jump(i, t, y):
+        return model.apply_event(i, t, y, th)
+
+    seg = in_segments(model, th, y0, times, run, jump)
     if isinstance(model, DAEModel):
-        xs, w_guess = sol.ys
-        ys, ws, alg_ok = dae_outputs(model, sol.ts, xs, w_guess, th, integrator)
+        xs, w_guess = seg.ys
+        ys, ws, alg_ok = dae_outputs(model, times, xs, w_guess, th, integrator)
         states = (xs, ws)
         alg_ok = jnp.all(alg_ok)
     else:
-        ys = jax.vmap(lambda t, x: jnp.atleast_1d(model.output(t, x, th)))(sol.ts, sol.ys)
-        states = sol.ys
+        ys = jax.vmap(lambda t, x: jnp.atleast_1d(model.output(t, x, th)))(times, seg.ys)
+        states = seg.ys
         alg_ok = jnp.asarray(True)
-    success = (sol.result == diffrax.RESULTS.successful) & init_ok
+    success = (seg.result == diffrax.RESULTS.successful) & init_ok
     finite = jnp.all(jnp.isfinite(ys)) & alg_ok
     ok = success & finite
     nan = jnp.asarray(jnp.nan, ys.dtype)
     ys = jnp.where(ok, ys, nan)
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
-    return Solved(
-        states, ys, ok, success, init_ok, sol.result._value, sol.stats["num_accepted_steps"]
-    )
+    return Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
 
 
 def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:

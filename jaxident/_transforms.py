@@ -78,6 +78,16 @@ class AbstractTransformedODE(AbstractTransformedModel, ODEModel):
     def reinitialize(self, x, theta):
         return self.base.reinitialize(x, self.base_theta(theta))
 
+    def event_times(self, theta):
+        return self.base.event_times(self.base_theta(theta))
+
+    def apply_event(self, i, t, x, theta):
+        return self.base.apply_event(i, t, x, self.base_theta(theta))
+
+    @property
+    def fires_at_t0(self):
+        return self.base.fires_at_t0
+
     def lift(self, x):
         return self.base.lift(x)
 

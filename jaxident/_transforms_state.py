@@ -167,6 +167,9 @@ class PODModel(AbstractSameParameters, AbstractTransformedODE):
     def restrict(self, y):
         return matmul(self.basis.T, y - self.mean)
 
+    def apply_event(self, i, t, x, theta):
+        return self.restrict(self.base.apply_event(i, t, self.lift(x), theta))
+
     def vector_field(self, t, x, theta):
         return matmul(self.basis.T, self.base.vector_field(t, self.lift(x), theta))
 

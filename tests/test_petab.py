@@ -161,12 +161,14 @@ def test_unsupported_sbml_feature_is_named(tmp_path):
     ev = doc.getModel().createEvent()
     ev.setId("dose")
     trig = ev.createTrigger()
-    trig.setMath(libsbml.parseL3Formula("time > 10"))
+    trig.setMath(libsbml.parseL3Formula("STAT5A > 10"))
+    trig.setInitialValue(True), trig.setPersistent(True)
+    ev.setUseValuesFromTriggerTime(True)
     assign = ev.createEventAssignment()
     assign.setVariable("STAT5A")
     assign.setMath(libsbml.parseL3Formula("1"))
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(ValueError, match="unsupported SBML features: events"):
+    with pytest.raises(ValueError, match="event 'dose'.*only triggers on time"):
         ji.petab.load(next(folder.glob("*.yaml")))
 
 
@@ -383,4 +385,42 @@ def test_steady_state_measurements(tmp_path):
         petab.Problem.from_yaml(str(path)).observable_df,
         petab.Problem.from_yaml(str(path)).parameter_df,
     )
+    np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+
+
+def test_sbml_event_dose_against_the_closed_form(tmp_path):
+    """An SBML event `X = X + D` at `time >= t_dose` (both estimated): the outputs,
+    and the sensitivities to `k`, `a`, `D` and the event time `t_dose` (the jump
+    condition), against the closed form `a/k + (X0 - a/k) e^(-kt) + D e^(-k(t - t_d))`
+    for `t >= t_d`, by central differences; the log-likelihood against petab's."""
+    from helpers import write_petab
+
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+        "D\tlin\t0\t10\t1.5\t1\nt_dose\tlin\t0\t10\t1.8\t1\n"
+    )
+    times = [0.5, 1.0, 1.5, 2.0, 2.5, 3.5]
+    meas = _MEAS + "".join(f"obs_X\tc0\t1.5\t{t}\t0.1\n" for t in times)
+    path = write_petab(tmp_path / "ev", parameters=pars, measurements=meas, event=True)
+    problem = ji.petab.load(path)
+    assert problem.parameters.names == ("k", "a", "D", "t_dose")
+
+    def exact(p):
+        k, a, D, td = 10 ** p[0], 10 ** p[1], p[2], p[3]
+        t = np.asarray(times)
+        x = a / k + (0.5 - a / k) * np.exp(-k * t)
+        return x + np.where(t >= td, D * np.exp(-k * (t - td)), 0.0)
+
+    th = np.asarray(problem.parameters.nominal)
+    pred = ji.predict(problem)
+    np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], exact(th), rtol=1e-7)
+    h = 1e-6
+    fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(4)], 1)
+    S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
+    assert np.abs(fd[:, 3]).max() > 0.5  # the dose time matters
+    np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+    pp = petab.Problem.from_yaml(str(path))
+    sim = ji.petab.simulation_table(problem, pred)
+    llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
     np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
