@@ -1,5 +1,6 @@
 """Integration of models with diffrax."""
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -185,24 +186,27 @@ def in_segments(model, th, y0, times, run, jump) -> Segments:
         seg = jax.tree.map(lambda a: a[:-1], sol.ys)
         y = jax.tree.map(lambda a: a[-1], sol.ys)
         inside = (times >= start) & (times < end) if j < n else times >= start
-        if ys is None:
-            ys = seg
-        else:
-            ys = jax.tree.map(
-                lambda new, old: jnp.where(inside.reshape(-1, *[1] * (new.ndim - 1)), new, old),
-                seg,
-                ys,
-            )
+        ys = seg if ys is None else _select(inside, seg, ys)
         result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, sol.result, result)
         steps = steps + sol.stats["num_accepted_steps"]
         if j < n:
             i = order[j]
             fire = jnp.where(tau[i] > t0, tau[i] <= end_all, fires_at_t0[i])
-            branches = [lambda yy, k=k: jump(k, end, yy) for k in range(n)]
-            jumped = jax.lax.switch(i, branches, y)
-            y = jax.tree.map(lambda a, b: jnp.where(fire, a, b), jumped, y)
+            branches = [functools.partial(jump, k, end) for k in range(n)]
+            y = _select(fire, jax.lax.switch(i, branches, y), y)
         start = end
     return Segments(ys, result, steps)
+
+
+def _select(where, new, old):
+    """`new` where `where` (a scalar, or one flag per leading row), else `old`."""
+    return jax.tree.map(
+        lambda a, b: jnp.where(
+            jnp.reshape(where, where.shape + (1,) * (a.ndim - where.ndim)), a, b
+        ),
+        new,
+        old,
+    )
 
 
 class Solved(NamedTuple):
