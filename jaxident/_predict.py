@@ -182,6 +182,7 @@ class Prediction(eqx.Module):
     jacobian: Float[Array, "e n m q"] | None
     log_likelihood: Float[Array, ""]
     ok: Bool[Array, " e"]
+    noise_jacobian: Float[Array, "e n m q"] | None = None
 
 
 @eqx.filter_jit
@@ -247,7 +248,7 @@ def _predict(
     ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
     ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
     llh = jnp.sum(jnp.where(observed, ll, 0.0))
-    J = None
+    J = noise_J = None
     if jacobian:
         dY = Y[..., :m, :]
         scale = jnp.stack(
@@ -261,7 +262,16 @@ def _predict(
             axis=-1,
         )
         J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
-    return Prediction(pred, sigma, r, J, llh, ok)
+        if any(problem.noise_outputs):
+            # a noise model with parameters: the Fisher information of a datum has
+            # the term `c (dsigma/dtheta)^T (dsigma/dtheta) / sigma^2` as well (c = 2
+            # for normal noise, 1 for Laplace): rows `sqrt(c) dsigma / sigma`
+            c = jnp.where(laplace, 1.0, 2.0)
+            dS = jnp.where(jnp.asarray(problem.noise_outputs)[:, None], Y[..., m : 2 * m, :], 0.0)
+            noise_J = jnp.where(
+                problem.observed[..., None], dS * (jnp.sqrt(c) / sigma)[..., None], 0.0
+            )
+    return Prediction(pred, sigma, r, J, llh, ok, noise_J)
 
 
 def predict(
@@ -283,6 +293,18 @@ def predict(
     if is_traced(out.ok):  # inside the caller's jit or vmap: failures are NaN and ok
         return out
     ok = np.asarray(out.ok)
+    sigma = np.asarray(out.sigma)[np.asarray(problem.observed)]
+    if ok.all() and not np.all(sigma > 0):
+        e, i, o = (
+            int(v[0])
+            for v in np.nonzero(np.asarray(problem.observed) & ~(np.asarray(out.sigma) > 0))
+        )
+        raise ValueError(
+            f"The noise model gives sigma = {float(np.asarray(out.sigma)[e, i, o]):g} for "
+            f"{problem.output_names[o]!r} at t = {float(problem.times[e, i]):g} in experiment "
+            f"{problem.experiment_names[e]!r}: a standard deviation must be positive (check "
+            "the noise formula and its parameters)."
+        )
     if not ok.all():
         bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]
         raise RuntimeError(
@@ -307,6 +329,12 @@ def problem_sensitivity(
     observed = np.asarray(problem.observed)
     J = np.asarray(out.jacobian)[observed]
     outputs = np.asarray(out.outputs)[observed]
+    if out.noise_jacobian is not None:
+        # a noise model that depends on the parameters (or the state): its rows of the
+        # Fisher information after the data's (`sqrt(2) dsigma/sigma` for normal noise)
+        noisy = observed & np.asarray(problem.noise_outputs)[None, None, :]
+        J = np.concatenate([J, np.asarray(out.noise_jacobian)[noisy]])
+        outputs = np.concatenate([outputs, np.asarray(out.sigma)[noisy]])
     integrator = problem.model.integrator if integrator is None else integrator
     return Sensitivity(
         matrix=jnp.asarray(J),

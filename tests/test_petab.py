@@ -424,3 +424,44 @@ def test_sbml_event_dose_against_the_closed_form(tmp_path):
     sim = ji.petab.simulation_table(problem, pred)
     llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
     np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+
+
+def _noise_problem(tmp_path, formula):
+    from helpers import write_petab
+
+    obs = f"observableId\tobservableFormula\tnoiseFormula\nobs_X\tX\t{formula}\n"
+    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\n" + "".join(
+        f"obs_X\tc0\t{v}\t{t}\n" for t, v in ((0.5, 0.9), (1.0, 1.2), (2.0, 1.1), (3.0, 0.6))
+    )
+    return ji.petab.load(write_petab(tmp_path / "noise", observables=obs, measurements=meas))
+
+
+def test_state_dependent_noise_enters_the_fisher_information(tmp_path):
+    """`sigma = 0.05 + 0.1 X` moves with the parameters: the sensitivity matrix gets the
+    rows `sqrt(2) dsigma/dtheta / sigma`, so that its Gram matrix is the Fisher
+    information of normal noise, `J_mu^T J_mu + 2 J_sigma^T J_sigma` (both from
+    central differences of the outputs and of sigma here)."""
+    problem = _noise_problem(tmp_path, "0.05 + 0.1 * X")
+    th = np.asarray(problem.parameters.nominal)
+    S = np.asarray(ji.problem_sensitivity(problem, th).matrix)
+    assert S.shape == (8, 3)
+    tight = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-11, atol=1e-13)
+
+    def mu_sigma(t):
+        out = ji.predict(problem, t, integrator=tight)
+        return np.asarray(out.outputs).ravel(), np.asarray(out.sigma).ravel()
+
+    mu, sigma = mu_sigma(th)
+    h = 1e-6
+    d = [[(a - b) / (2 * h) for a, b in zip(mu_sigma(th + e), mu_sigma(th - e))]
+         for e in h * np.eye(3)]  # fmt: skip
+    J_mu = np.stack([c[0] for c in d], 1) / sigma[:, None]
+    J_sig = np.stack([c[1] for c in d], 1) / sigma[:, None]
+    F = J_mu.T @ J_mu + 2 * J_sig.T @ J_sig
+    np.testing.assert_allclose(S.T @ S, F, rtol=1e-5, atol=1e-8 * np.abs(F).max())
+
+
+def test_a_negative_noise_is_an_error(tmp_path):
+    problem = _noise_problem(tmp_path, "0.1 * (X - 1)")
+    with pytest.raises(ValueError, match="sigma = -.*'obs_X' at t = 3 in experiment 'c0'.*positive"):
+        ji.predict(problem)
