@@ -307,6 +307,18 @@ def predict(
         )
     if not ok.all():
         bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]
+        if jacobian:
+            with callback_free(theta):
+                plain = _predict(problem, theta, integrator, False, error_mode=on_error_mode())
+            if np.asarray(plain.ok)[~ok].all():
+                raise RuntimeError(
+                    f"The simulation of {bad} succeeds, but its sensitivities fail: the "
+                    "tangents turned non-finite (a parameter where the right-hand side is "
+                    "not differentiable, e.g. sqrt at 0) or drove the step size down "
+                    "(they are in the error test). Check the model's derivatives there, "
+                    "or take them out of the error test: ji.Integrator(..., sensitivity="
+                    "ji.SensitivityEquations(error_control=False)), or raise max_steps."
+                )
         raise RuntimeError(
             f"The solve failed (or gave non-finite values) in {bad}: try a stiff solver, "
             "looser tolerances or more max_steps (ji.Integrator)."

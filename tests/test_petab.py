@@ -463,5 +463,7 @@ def test_state_dependent_noise_enters_the_fisher_information(tmp_path):
 
 def test_a_negative_noise_is_an_error(tmp_path):
     problem = _noise_problem(tmp_path, "0.1 * (X - 1)")
-    with pytest.raises(ValueError, match="sigma = -.*'obs_X' at t = 3 in experiment 'c0'.*positive"):
+    with pytest.raises(
+        ValueError, match="sigma = -.*'obs_X' at t = 3 in experiment 'c0'.*positive"
+    ):
         ji.predict(problem)

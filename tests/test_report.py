@@ -384,3 +384,27 @@ def sl_null(A):
     import scipy.linalg as sl
 
     return sl.null_space(A)
+
+
+class _SqrtRate(ji.ODEModel):
+    """`x' = -sqrt(c) x` at `c = 0`: solvable, but the tangent of `c` is inf."""
+
+    parameters: ji.Parameters = ji.Parameters(["c", "k"], [0.0, 0.5], [0.0, 0.1], [1.0, 1.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 2.0, 4))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -(jnp.sqrt(th.c) + th.k) * x
+
+    def initial_state(self, th):
+        return jnp.array([1.0])
+
+    def output(self, t, x, th):
+        return x[0]
+
+
+def test_sensitivities_that_fail_where_the_simulation_works_say_so():
+    problem = ji.Problem(_SqrtRate(), ji.Experiment(np.linspace(0.5, 2.0, 4), sigma=0.1))
+    ji.predict(problem)  # the simulation is fine
+    with pytest.raises(RuntimeError, match=r"simulation of .* succeeds, but its sensitiv"):
+        ji.problem_sensitivity(problem)
