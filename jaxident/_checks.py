@@ -227,6 +227,11 @@ def check_theta(model, theta) -> Array:
             f"{list(model.parameters.names)}, so expected shape ({p},). For many parameter "
             "vectors use jax.vmap or ji.sweep."
         )
+    if jnp.issubdtype(theta.dtype, jnp.complexfloating):
+        raise TypeError(
+            f"theta is {theta.dtype}: parameters are real numbers (pass theta.real if the "
+            "imaginary part is zero)."
+        )
     if not jnp.issubdtype(theta.dtype, jnp.floating):
         theta = theta.astype(float)
     if not isinstance(theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(theta))):

@@ -264,7 +264,7 @@ def analyze(
         noise_model = sigma is not None
         times = np.asarray(target.times)
         problem = Problem(target, Experiment(times, sigma=1.0 if sigma is None else sigma))
-    if not (isinstance(threshold, (int, float)) and threshold > 0):
+    if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold > 0):
         raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
     sens = problem_sensitivity(problem, theta, integrator=integrator)
     S = np.asarray(sens.matrix)

@@ -115,6 +115,16 @@ def _linted(yaml_path: str, allow_missing: bool):
         raise ValueError(
             f"{yaml_path}: its PEtab files could not be read ({type(e).__name__}: {e})."
         ) from None
+    for name, table, columns in (
+        ("measurement", problem.measurement_df, ("observableId", "simulationConditionId",
+                                                 "measurement", "time")),
+        ("parameter", problem.parameter_df, ("parameterScale", "lowerBound", "upperBound",
+                                             "nominalValue", "estimate")),
+        ("observable", problem.observable_df, ("observableFormula", "noiseFormula")),
+    ):  # fmt: skip
+        absent = [c for c in columns if c not in table.columns]
+        if absent:
+            raise ValueError(f"{yaml_path}: the {name} table has no column {absent[0]!r}.")
     meas = problem.measurement_df
     missing = pd.to_numeric(meas["measurement"], errors="coerce").isna()
     if missing.any():

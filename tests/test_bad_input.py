@@ -455,3 +455,14 @@ def test_two_processes_on_one_sweep_directory(tmp_path):
     for i in range(2):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), ref)
     assert not list((tmp_path / "shared").glob("*.tmp"))
+
+
+def test_complex_theta_and_boolean_threshold_are_refused():
+    """A complex theta lost its imaginary part silently, and `threshold=True` was taken
+    as one decade."""
+    model = ji.models.load("svir")
+    theta = model.parameters.nominal.astype(complex) * (1 + 1e-3j)
+    with pytest.raises(TypeError, match="complex128: parameters are real"):
+        ji.sensitivity(model, theta)
+    with pytest.raises(ValueError, match="threshold must be a positive number"):
+        ji.analyze(model, threshold=True, progress=False)

@@ -293,6 +293,10 @@ _LOG_OBS = (
         ({"yaml": "format_version: 2.0.0\n"}, "PEtab v2 is not supported yet"),
         ({"yaml": ""}, "not a PEtab problem"),
         ({"parameters": ""}, "could not be read.*EmptyDataError"),
+        (
+            {"measurements": "observableId\tsimulationConditionId\ttime\nobs_X\tc0\t1.0\n"},
+            "measurement table has no column 'measurement'",
+        ),
     ],
 )
 def test_bad_petab_files_are_refused_with_the_reason(tmp_path, tables, match):
