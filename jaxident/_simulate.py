@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 from ._checks import check_model, check_theta, check_times
 from ._context import clean_errors, resolve_throw, run_kernel
 from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
-from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator
+from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
 from ._rosenbrock import traced_once
 from ._transforms import time_warped
 
@@ -164,7 +164,7 @@ def in_segments(model, th, y0, times, run, jump) -> Segments:
     event is the derivative of `jump` there (Proof: in the warped time `X = S + f
     w_theta`, and `S+ = g_x S- + g_theta + (g_x f- - f+) tau_theta` becomes
     `X+ = g_x X- + g_theta`)."""
-    events = model.event_times(th)
+    events = model.event_times(th) if isinstance(model, ODEModel) else None
     if events is None:
         sol = run(model.t0, times[-1], y0, times)
         ys = jax.tree.map(lambda a: a[:-1], sol.ys)
