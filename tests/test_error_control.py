@@ -228,6 +228,20 @@ def test_sensitivities_outside_the_error_test(solver):
     assert err_c <= 10 * 1e-8 and err_u <= 100 * 1e-8, (err_c, err_u)
 
 
+# the three ways to the sensitivities: equations (explicit, Rosenbrock), and the
+# derivative of the solve
+_METHODS = [
+    ji.Integrator(rtol=1e-10, atol=1e-12),
+    ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12),
+    ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
+]
+
+
+def _central(fn, th, h=1e-6):
+    """Central differences of `fn` at `th`, one column per parameter."""
+    return np.stack([(fn(th + h * e) - fn(th - h * e)) / (2 * h) for e in np.eye(th.size)], 1)
+
+
 class _Step(ji.ODEModel):
     """`x' = -k x + a [t < tau]`: the input switches off at the parameter `tau`."""
 
@@ -254,15 +268,7 @@ def _step_exact(th, t):
     return np.where(t < tau, before(t), before(tau) * np.exp(-k * (t - tau)))
 
 
-@pytest.mark.parametrize(
-    "integ",
-    [
-        ji.Integrator(rtol=1e-10, atol=1e-12),
-        ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12),
-        ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
-    ],
-    ids=["equations", "Rodas4", "differentiate"],
-)
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
 def test_sensitivity_to_a_switching_time_against_the_closed_form(integ):
     """A jump of the right-hand side at `tau(theta)`: the sensitivities jump by
     `(f(tau-) - f(tau+)) dtau/dtheta` (`TimeWarped`), against central differences of the
@@ -270,11 +276,7 @@ def test_sensitivity_to_a_switching_time_against_the_closed_form(integ):
     model = _Step()
     th = np.array([0.7, 2.0, 1.3])
     t = np.asarray(model.times)
-    h = 1e-6
-    ref = np.stack(
-        [(_step_exact(th + h * e, t) - _step_exact(th - h * e, t)) / (2 * h) for e in np.eye(3)],
-        axis=1,
-    )
+    ref = _central(lambda p: _step_exact(p, t), th)
     batch = jnp.stack([jnp.asarray(th), jnp.asarray(th) * 1.05])
     S = jax.jit(jax.vmap(lambda p: ji.sensitivity_matrix(model, p, integrator=integ)))(batch)
     assert np.abs(np.asarray(S[0]) - ref).max() <= 1e-8 * np.abs(ref).max()
@@ -309,15 +311,7 @@ class _Dose(ji.ODEModel):
         return x + theta.D
 
 
-@pytest.mark.parametrize(
-    "integ",
-    [
-        ji.Integrator(rtol=1e-10, atol=1e-12),
-        ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12),
-        ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
-    ],
-    ids=["equations", "Rodas4", "differentiate"],
-)
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
 def test_event_sensitivities_against_the_closed_form(integ):
     """A dose at `tau(theta)`: the solve stops at the event, the state jumps, and the
     sensitivities (to the dose, its time, the rate, the initial value) agree with
@@ -331,8 +325,7 @@ def test_event_sensitivities_against_the_closed_form(integ):
         k, D, tau, x0 = p
         return x0 * np.exp(-k * t) + np.where(t >= tau, D * np.exp(-k * (t - tau)), 0.0)
 
-    h = 1e-6
-    ref = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(4)], 1)
+    ref = _central(exact, th)
     batch = jnp.stack([jnp.asarray(th), jnp.asarray(th) * 1.02])
     S = jax.jit(jax.vmap(lambda p: ji.sensitivity_matrix(model, p, integrator=integ)))(batch)
     S = np.asarray(S[0])
