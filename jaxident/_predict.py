@@ -81,9 +81,11 @@ class _Preequilibrated(ODEModel):
 def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: Integrator):
     """The steady state the model reaches from `x0` (NaN where the solve fails): the
     solve runs until `f(x)` is small against the integrator's tolerances (diffrax's
-    `steady_state_event`), differentiated in forward mode, so its tangents are the
-    sensitivities of the state reached (exact at the steady state, conserved moieties
-    included, where the implicit function theorem's `f_x` is singular)."""
+    `steady_state_event`). Where `f_x` there is regular (`sigma_min > 1e-10 sigma_max`),
+    one Newton step polishes the state and its tangents are the implicit function
+    theorem's, `-f_x^{-1} f_theta`; where it is singular (conserved moieties: the steady
+    state depends on `x0`), the tangents are those of the solve, differentiated in
+    forward mode."""
     with traced_once(integrator.solver) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
@@ -102,7 +104,19 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
             max_steps=integrator.max_steps,
             throw=False,
         )
-    return jnp.where(diffrax.is_okay(sol.result), sol.ys[-1], jnp.nan)
+    x = jnp.where(diffrax.is_okay(sol.result), sol.ys[-1], jnp.nan)
+    t = jax.lax.stop_gradient(sol.ts[-1])
+    xs = jax.lax.stop_gradient(x)
+
+    def f(xx, th):
+        return jnp.ravel(model.vector_field(t, xx, th))
+
+    J = jax.lax.stop_gradient(jax.jacfwd(lambda xx: f(xx, jax.lax.stop_gradient(theta)))(xs))
+    J = J.reshape(xs.size, xs.size)
+    sv = jnp.linalg.svd(jnp.where(jnp.isfinite(J), J, 0.0), compute_uv=False)
+    regular = jnp.all(jnp.isfinite(J)) & (sv[-1] > 1e-10 * sv[0])
+    step = jnp.linalg.solve(jnp.where(regular, J, jnp.eye(xs.size, dtype=J.dtype)), f(xs, theta))
+    return jnp.where(regular, xs - step.reshape(xs.shape), x)
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
