@@ -417,8 +417,8 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
                 continue
             parts = buckets(df)
             for k, (_, rows) in enumerate(parts):
-                name = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
-                experiments.append(experiment(rows, pre, sim, name))
+                label_k = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
+                experiments.append(experiment(rows, pre, sim, label_k))
     problem_params = _parameters(par_df, estimated)
     return Problem(
         model,
