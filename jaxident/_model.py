@@ -239,8 +239,8 @@ class ODEModel(AbstractModel):
     def event_times(self, theta: ParameterValues) -> Array | None:
         """The times of the model's events (a dose, a reset), possibly depending on the
         parameters, or `None` (the default). At each, the solve stops and
-        `apply_event` maps the state; the event times' sensitivities include the
-        jump (they are switching times too: declare them in `switching_times`)."""
+        `apply_event` maps the state; the sensitivities take the jump there, with
+        respect to the event times too (`TimeWarped`)."""
         return None
 
     def apply_event(

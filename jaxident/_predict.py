@@ -53,10 +53,10 @@ class _Preequilibrated(ODEModel):
         return view(theta.values[:p]), view(theta.values[p:])
 
     def initial_state(self, theta):
-        _, pre = self._split(theta)
+        own, pre = self._split(theta)
         x = steady_state(self.inner, pre, self.inner.initial_state(pre), self.integrator_)
         # the states this experiment's condition sets start from its values instead
-        return self.inner.reinitialize(x, self._split(theta)[0])
+        return self.inner.reinitialize(x, own)
 
     def vector_field(self, t, x, theta):
         return self.inner.vector_field(t, x, self._split(theta)[0])
@@ -307,14 +307,12 @@ def predict(
     if is_traced(out.ok):  # inside the caller's jit or vmap: failures are NaN and ok
         return out
     ok = np.asarray(out.ok)
-    sigma = np.asarray(out.sigma)[np.asarray(problem.observed)]
-    if ok.all() and not np.all(sigma > 0):
-        e, i, o = (
-            int(v[0])
-            for v in np.nonzero(np.asarray(problem.observed) & ~(np.asarray(out.sigma) > 0))
-        )
+    sigma = np.asarray(out.sigma)
+    bad_sigma = np.asarray(problem.observed) & ~(sigma > 0)
+    if ok.all() and bad_sigma.any():
+        e, i, o = (int(v[0]) for v in np.nonzero(bad_sigma))
         raise ValueError(
-            f"The noise model gives sigma = {float(np.asarray(out.sigma)[e, i, o]):g} for "
+            f"The noise model gives sigma = {float(sigma[e, i, o]):g} for "
             f"{problem.output_names[o]!r} at t = {float(problem.times[e, i]):g} in experiment "
             f"{problem.experiment_names[e]!r}: a standard deviation must be positive (check "
             "the noise formula and its parameters)."

@@ -466,7 +466,7 @@ def sbml_model(
         observable_ids=tuple(observables),
         name=m.getId() or os.path.basename(os.fspath(path)),
         source=os.path.abspath(os.fspath(path)),
-        switches=tuple(dict.fromkeys([*switches, *(tau for tau, _, _ in events)])),
+        switches=switches,
         overrides=tuple(initial_overrides),
         events=events,
     )

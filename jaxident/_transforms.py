@@ -295,7 +295,8 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
     right-hand side which jumps at `tau(theta)` (a `piecewise` in `time < t_1`, a step in
     an input) gets the true derivative with respect to `theta` through `tau`.
 
-    `t = w(s; theta)` is piecewise linear with knots `t0` and the sorted switching times:
+    `t = w(s; theta)` is piecewise linear with knots `t0` and the sorted switching and
+    event times:
     it maps each `tau_j` at the point (`stop_gradient(tau_j)`) to `tau_j(theta)`. In `s`
     the switch never moves, `x_s(s) = x(w(s))` solves `dx_s/ds = w'(s) f(w(s), x_s)`, and
     its tangent is continuous; back in `t`, `dx/dtheta = dx_s/dtheta - f w_theta`, which
@@ -306,7 +307,8 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
 
     Every value is the base model's to the last bit (`w(s) = s` and `w'(s) = 1` at the
     point; only tangents differ), so simulations and step counts do not change. Made
-    inside the solves for an ODE model that declares `switching_times`."""
+    inside the solves for an ODE model that declares `switching_times` or
+    `event_times`."""
 
     base: ODEModel
 
@@ -314,7 +316,7 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
         """The knot at the start of the segment holding `s` (moving, and at the point)
         and the segment's slope `dt/ds`."""
         t0 = jnp.asarray(self.base.t0, dtype=float)
-        tau = jnp.atleast_1d(jnp.asarray(self.base.switching_times(theta), dtype=float))
+        tau = _moving_times(self.base, theta)
         k = jnp.concatenate([t0[None], jnp.sort(jnp.maximum(tau, t0))])
         kr = lax.stop_gradient(k)
         j = jnp.clip(jnp.searchsorted(kr, s, side="right") - 1, 0, k.size - 1)
@@ -342,8 +344,17 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
         return self.base.output(t, x, theta)
 
 
+def _moving_times(model: ODEModel, th: ParameterValues):
+    """The switching and event times of `model` at `th`, one vector, or `None`."""
+    parts = [ts for ts in (model.switching_times(th), model.event_times(th)) if ts is not None]
+    if not parts:
+        return None
+    return jnp.concatenate([jnp.atleast_1d(jnp.asarray(ts, dtype=float)) for ts in parts])
+
+
 def time_warped(model: AbstractModel, th: ParameterValues) -> AbstractModel:
-    """`TimeWarped(model)` for an ODE model with switching times at `th`, else `model`."""
+    """`TimeWarped(model)` for an ODE model with switching or event times at `th`, else
+    `model`."""
     if isinstance(model, (DAEModel, AlgebraicModel, TimeWarped)) or not isinstance(model, ODEModel):
         return model
-    return model if model.switching_times(th) is None else TimeWarped(model)
+    return model if _moving_times(model, th) is None else TimeWarped(model)

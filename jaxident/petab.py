@@ -20,8 +20,10 @@ the noise model (`sd_*`, `sigma`) are held at their nominal values and listed as
 scale. Empty cells take PEtab's defaults (`lin`, `normal`). A `piecewise` in `time`
 against parameters (`time < t_on`) is a switching time with its sensitivities (the
 jump condition). NaN measurements are an error, or missing data with
-`allow_missing=True`. SBML events and several models raise a `ValueError`; priors are
-ignored (they do not change a local identifiability analysis).
+`allow_missing=True`. SBML events at a time from parameters (`time >= t_dose`) that
+assign to states are supported; events on the state, event delays and several models
+raise a `ValueError`; priors are ignored (they do not change a local identifiability
+analysis).
 """
 
 import logging
@@ -84,9 +86,10 @@ class _Findings(logging.Handler):
 
 
 def _linted(yaml_path: str, allow_missing: bool):
-    """The problem as `petab` reads it, refused with the linter's findings where the
-    linter rejects it. With `allow_missing`, measurements that are NaN or empty are
-    dropped first (with a warning naming the rows); without it they are an error."""
+    """The problem as `petab` reads it and the YAML's one problem entry, refused with
+    the linter's findings where the linter rejects it. With `allow_missing`,
+    measurements that are NaN or empty are dropped first (with a warning naming the
+    rows); without it they are an error."""
     petab, _ = _petab()
     import pandas as pd
     import yaml as _yaml
@@ -149,7 +152,7 @@ def _linted(yaml_path: str, allow_missing: bool):
     if rejected:
         text = "\n  ".join(m.replace("\n", "\n    ") for m in findings.messages[:10])
         raise ValueError(f"{yaml_path}: petab's linter rejects this problem:\n  {text}")
-    return problem
+    return problem, problems[0]
 
 
 def _check_tables(yaml_path, par_df, meas_df):
@@ -202,14 +205,12 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
 
     yaml_path = os.fspath(yaml_path)
     base = os.path.dirname(os.path.abspath(yaml_path))
-    linted = _linted(yaml_path, allow_missing)
+    linted, spec = _linted(yaml_path, allow_missing)
     par_df = linted.parameter_df.reset_index()
     cond_df = linted.condition_df.reset_index()
     meas_df = linted.measurement_df.reset_index(drop=True)
     obs_df = linted.observable_df.reset_index()
     _check_tables(yaml_path, linted.parameter_df, meas_df)
-    cfg = _petab()[0].yaml.load_yaml(yaml_path)
-    spec = cfg["problems"][0]
     sbml_path = os.path.join(base, spec["sbml_files"][0])
 
     # observables and noise formulas, with their placeholders

@@ -334,3 +334,26 @@ def test_event_sensitivities_against_the_closed_form(integ):
     y = np.asarray(ji.simulate(model, jnp.asarray(th), integrator=integ).ys).ravel()
     np.testing.assert_allclose(y, exact(th), rtol=1e-8)
     assert y[2] > 3.0  # at the event time: after the dose
+
+
+class _DoseEventOnly(_Dose):
+    """The dose declared as an event alone (no `switching_times`)."""
+
+    def switching_times(self, theta):
+        return None
+
+
+def test_event_times_alone_get_their_sensitivity():
+    """An event time need not be declared a switching time as well: the warped time
+    takes its knots from both, so `d/dtau` still carries the jump."""
+    model = _DoseEventOnly()
+    th = np.array([0.6, 3.0, 1.7, 1.0])
+    t = np.asarray(model.times)
+
+    def exact(p):
+        k, D, tau, x0 = p
+        return x0 * np.exp(-k * t) + np.where(t >= tau, D * np.exp(-k * (t - tau)), 0.0)
+
+    ref = _central(exact, th)
+    S = np.asarray(ji.sensitivity_matrix(model, jnp.asarray(th), integrator=_METHODS[0]))
+    assert np.abs(S - ref)[t != 1.7].max() <= 1e-8 * np.abs(ref).max()
