@@ -65,6 +65,7 @@ from ._model import (
     AbstractSensitivityMethod as AbstractSensitivityMethod,
     AlgebraicModel as AlgebraicModel,
     DAEModel as DAEModel,
+    Dependence as Dependence,
     DifferentiateSolver as DifferentiateSolver,
     Integrator as Integrator,
     ODEModel as ODEModel,

@@ -173,15 +173,36 @@ def _state_norm(error) -> Array:
     return optx.rms_norm(error[0])
 
 
-def _controller(model, integrator, th, f, z0, theta, times):
+def _rms_norm(active: Array):
+    """The RMS norm over the state and the tangent columns that are `active` (their
+    direction is not zero), of `(z, Z)` or of the tangents `Z` alone (the chord
+    iteration measures each block apart): a column of zeros (one a `ji.Problem` pads
+    with, or a parameter the model does not depend on) neither dilutes nor changes the
+    error test, so the steps do not depend on how many such columns ride along."""
+
+    def norm(error):
+        z, Z = error if isinstance(error, tuple) else (None, error)
+        if Z.ndim != 2:  # the state alone
+            return optx.rms_norm(Z)
+        state = 0 if z is None else z.size
+        count = state + Z.shape[0] * jnp.sum(active)
+        Z = jnp.where(active, Z, jnp.zeros_like(Z))
+        rms = optx.rms_norm(Z if z is None else (z, Z))
+        return rms * jnp.sqrt((state + Z.size) / jnp.maximum(count, 1))
+
+    return norm
+
+
+def _controller(model, integrator, th, f, z0, theta, times, active):
     """The integrator's controller, stepping onto the model's declared switching times
     and, for an ODE model whose right-hand side uses `nabs`/`nmax`/`nmin`/`nmid`, onto
     its kinks in the state or in time. Such a model also steps onto the observation
     times, so that no output is interpolated across a kink. The error test covers the
-    tangents unless the integrator's `SensitivityEquations(error_control=False)`."""
+    tangents of the `active` columns unless the integrator's
+    `SensitivityEquations(error_control=False)`."""
     jumps = switching_times(model, th)
     control = integrator.sensitivity.error_control
-    norm = optx.rms_norm if control else _state_norm
+    norm = _rms_norm(active) if control else _state_norm
     if isinstance(model, DAEModel):
         # kinks in the Newton solve: not located
         return integrator.controller(jumps, times=times, norm=norm)
@@ -215,6 +236,7 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     th = view(theta)
     c = _column_scale(theta, M)
     Ms = M * c[None, :]
+    active = jnp.any(M != 0, axis=0)
     dae = isinstance(model, DAEModel)
     if dae:
         x0, w0, init_ok = consistent_initial_values(model, th, integrator)
@@ -255,7 +277,7 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
                 y0=y_start,
                 args=(theta, Ms),
                 saveat=diffrax.SaveAt(ts=ts, t1=True),
-                stepsize_controller=_controller(model, integrator, th, f, z0, theta, ts),
+                stepsize_controller=_controller(model, integrator, th, f, z0, theta, ts, active),
                 adjoint=diffrax.RecursiveCheckpointAdjoint(),
                 max_steps=integrator.max_steps,
                 throw=False,

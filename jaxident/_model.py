@@ -1,7 +1,7 @@
 """Models: equinox modules with named parameters, integrated by diffrax."""
 
 import abc
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -169,6 +169,17 @@ class NonfiniteGuard(AbstractControllerWrapper):
         return keep, next_t0, next_t1, made_jump, (inner_state, count), result
 
 
+class Dependence(NamedTuple):
+    """Which parameters (by name) a model's solution can depend on at all, `dynamics`
+    (through its right-hand side, initial state, switching and event times and events),
+    and, per output, which enter that output's formula directly, `outputs`. An output
+    depends on `dynamics` and its own set; a parameter in neither has no effect on it,
+    so its sensitivity column is zero there and need not be integrated."""
+
+    dynamics: frozenset[str]
+    outputs: tuple[frozenset[str], ...]
+
+
 class AbstractModel(eqx.Module):
     """A dynamical model with named parameters.
 
@@ -185,6 +196,16 @@ class AbstractModel(eqx.Module):
     state_names: ClassVar[tuple[str, ...] | None] = None
     output_names: ClassVar[tuple[str, ...] | None] = None
     integrator: ClassVar[Integrator] = Integrator()
+
+    def parameter_dependence(self) -> Dependence | None:
+        """Which parameters the solution and each output can depend on (a `Dependence`),
+        or `None` (the default): any parameter may matter anywhere. A `ji.Problem`
+        integrates, per experiment, only the sensitivity columns of the parameters its
+        measured outputs depend on (as AMICI does per condition); a model read from
+        SBML knows its dependence from its formulas. A hand-written model may declare
+        it; a parameter left out wrongly would get a zero column there, so declare it
+        only from the formulas themselves."""
+        return None
 
 
 class ODEModel(AbstractModel):

@@ -1,7 +1,8 @@
-"""Simulating a `ji.Problem`: every experiment by one compiled, vmapped kernel (the
-model's parameters per experiment and their derivatives with respect to the problem's,
-a pre-equilibration where asked), the weighted residuals on each observable's
-transformed scale, PEtab's log-likelihood, and the noise-weighted sensitivity matrix."""
+"""Simulating a `ji.Problem`: its experiments one after another in one compiled kernel
+(the model's parameters per experiment and their derivatives with respect to the
+problem's, only the columns each experiment depends on, a pre-equilibration where
+asked), the weighted residuals on each observable's transformed scale, PEtab's
+log-likelihood, and the noise-weighted sensitivity matrix."""
 
 from collections.abc import Mapping
 
@@ -177,6 +178,35 @@ def _directions(problem: Problem, theta: Array):
     return th, M
 
 
+def _padded_columns(problem: Problem) -> np.ndarray | None:
+    """`(e, k)`: each experiment's sensitivity columns (`problem.columns`), padded to the
+    longest with `q` (a column of zeros); `None` where every experiment needs all."""
+    q = problem.parameters.p
+    k = max(1, *(len(c) for c in problem.columns))
+    if k == q and all(c == tuple(range(q)) for c in problem.columns):
+        return None
+    return np.asarray([(*c, *(q,) * (k - len(c))) for c in problem.columns], dtype=np.int32)
+
+
+def _in_turn(steady: tuple[bool, ...], fns, xs):
+    """`fns[0]` (transient) or `fns[1]` (steady-state measurements) of each experiment's
+    slice of `xs`, one experiment after another (`jax.lax.map`), so that none steps in
+    lockstep with a slower one, as it would in a `vmap`; each kind is compiled once. The
+    results come back in the experiments' order."""
+    kinds = np.asarray(steady)
+    parts = []
+    for flag, fn in zip((False, True), fns):
+        idx = np.flatnonzero(kinds == flag)
+        if idx.size == 0:
+            continue
+        sub = xs if idx.size == kinds.size else jax.tree.map(lambda a, i=idx: a[i], xs)
+        parts.append((idx, jax.lax.map(fn, sub)))
+    if len(parts) == 1:
+        return parts[0][1]
+    order = np.argsort(np.concatenate([idx for idx, _ in parts]))
+    return jax.tree.map(lambda *a: jnp.concatenate(a)[order], *(out for _, out in parts))
+
+
 def _transform(x, kind: str):
     if kind == "lin":
         return x
@@ -216,8 +246,14 @@ def _predict(
     model = _experiment_model(problem, integrator)
     th, M = _directions(problem, theta)
     m = problem.n_observables
+    cols = _padded_columns(problem)
+    if jacobian and cols is not None:
+        # each experiment's own columns (a padding column of zeros after the last)
+        M = jnp.concatenate([M, jnp.zeros_like(M[..., :1])], axis=-1)
+        M = jnp.take_along_axis(M, jnp.asarray(cols)[:, None, :], axis=-1)
 
-    def transient(th_e, M_e, times):
+    def transient(args):
+        th_e, M_e, times = args
         if jacobian:
             y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
             Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
@@ -226,17 +262,17 @@ def _predict(
             y, Y = solved.ys, None
         return y.reshape(times.shape[0], -1), Y, solved.ok
 
-    def one(th_e, M_e, times):
-        if not problem.steady_state:
-            return transient(th_e, M_e, times)
-        # some experiments measure at steady state (all their times inf): both, chosen
-        steady = jnp.isinf(times[0])
-        t_finite = jnp.where(jnp.isinf(times), model.t0 + 1.0, times)
-        out = transient(th_e, M_e, t_finite)
-        ss = _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
-        return jax.tree.map(lambda a, b: jnp.where(steady, b, a), out, ss)
+    def steady(args):
+        th_e, M_e, times = args
+        return _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
 
-    y, Y, ok = jax.vmap(one)(th, M, problem.times)
+    y, Y, ok = _in_turn(problem.steady, (transient, steady), (th, M, problem.times))
+    if jacobian and cols is not None:
+        q = theta.shape[0]
+        Yt = jnp.moveaxis(Y, -1, 1)  # (e, columns, n, outputs)
+        full = jnp.zeros((Yt.shape[0], q + 1, *Yt.shape[2:]), Yt.dtype)
+        full = full.at[np.arange(Yt.shape[0])[:, None], cols].set(Yt)
+        Y = jnp.moveaxis(full[:, :q], 1, -1)
     pred = y[..., :m]
     if any(problem.noise_outputs):
         sigma = jnp.where(jnp.asarray(problem.noise_outputs), y[..., m : 2 * m], problem.sigma)

@@ -3,10 +3,13 @@
 data and noise model; the parameters estimated on their own scales (lin, log, log10).
 
 The experiments are padded to one time grid (missing data, NaN, where an experiment has
-fewer times) and simulated by one compiled, vmapped kernel, so that a problem with many
-conditions compiles once. Its sensitivity matrix stacks the experiments, each row
-divided by its noise standard deviation, with respect to the parameters on their
-estimation scale: its Gram matrix is the Fisher information of the problem.
+fewer times) and solved one after another by one compiled kernel (`jax.lax.map`), so
+that a problem with many conditions compiles once and no experiment waits for a slower
+one; each integrates the sensitivity columns of the parameters its measured outputs
+depend on (`AbstractModel.parameter_dependence`). Its sensitivity matrix stacks the
+experiments, each row divided by its noise standard deviation, with respect to the
+parameters on their estimation scale: its Gram matrix is the Fisher information of the
+problem.
 """
 
 import math
@@ -162,7 +165,8 @@ class Problem(eqx.Module):
     source: tuple = eqx.field(static=True)
     constant: Float[Array, "e pm"]
     pre_source: tuple | None = eqx.field(static=True)
-    steady_state: bool = eqx.field(static=True)
+    steady: tuple[bool, ...] = eqx.field(static=True)
+    columns: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     pre_constant: Float[Array, "e pm"] | None
     experiment_names: tuple[str, ...] = eqx.field(static=True)
     transforms: tuple[str, ...] = eqx.field(static=True)
@@ -251,7 +255,7 @@ class Problem(eqx.Module):
             # time of a design study (no data)
             seen = np.ones((n, m), bool) if e.data is None else ~np.isnan(d)
             observed.append(np.concatenate([seen, np.zeros((pad, m), bool)]))
-        self.steady_state = bool(np.any(np.isinf(np.stack(times))))
+        self.steady = tuple(bool(np.isinf(e.times[0])) for e in experiments)
         self.times = jnp.asarray(np.stack(times))
         self.data = jnp.asarray(np.stack(data))
         self.sigma = jnp.asarray(np.stack(sigma))
@@ -272,6 +276,9 @@ class Problem(eqx.Module):
         self.experiment_names = tuple(
             e.name or f"experiment {i}" for i, e in enumerate(experiments)
         )
+        self.columns = _columns(
+            model, self.source, self.pre_source, np.stack(observed), self.noise_outputs
+        )
         self.name = name
 
     @property
@@ -291,6 +298,36 @@ class Problem(eqx.Module):
     def output_names(self) -> tuple[str, ...]:
         names = self.model.output_names or tuple(f"y{i}" for i in range(self.n_observables))
         return tuple(names[: self.n_observables])
+
+
+def _columns(model, source, pre_source, observed, noise_outputs) -> tuple[tuple[int, ...], ...]:
+    """Per experiment, the problem parameters (indices) its measured outputs can depend
+    on: those mapped to a model parameter of the solution's or of a measured output's
+    formula (`parameter_dependence`), or of the solution of its pre-equilibration.
+    Without a known dependence, every parameter mapped into the experiment."""
+    dep = model.parameter_dependence()
+    names = model.parameters.names
+    if dep is not None and len(dep.outputs) != n_outputs(model):
+        raise ValueError(
+            f"{type(model).__name__}.parameter_dependence() gives {len(dep.outputs)} output "
+            f"sets for {n_outputs(model)} outputs."
+        )
+    out = []
+    for e, src in enumerate(source):
+        pre = () if pre_source is None else pre_source[e]
+        if dep is None:
+            cols = {j for j in (*src, *pre) if j >= 0}
+        else:
+            m = len(noise_outputs)
+            used = set(dep.dynamics)
+            for o in np.flatnonzero(observed[e].any(axis=0)):
+                used |= dep.outputs[o]
+                if noise_outputs[o]:
+                    used |= dep.outputs[m + o]
+            cols = {j for n, j in zip(names, src) if j >= 0 and n in used}
+            cols |= {j for n, j in zip(names, pre) if j >= 0 and n in dep.dynamics}
+        out.append(tuple(sorted(cols)))
+    return tuple(out)
 
 
 def _default_parameters(model, experiments) -> Parameters:

@@ -47,8 +47,8 @@ _C[5, :5] = [
 ]
 
 
-# flattened state size (with the tangents) up to which the stages are unrolled
-_UNROLL_SIZE = 128
+# operations in the right-hand side (with the tangents) up to which the stages are unrolled
+_UNROLL_EQUATIONS = 1500
 
 
 def _combine(base, coeffs, ks, scale=1.0):
@@ -182,14 +182,17 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
                 return (kz, W_inv @ (r[1] + coupling(kz)))
             return unravel(W_inv @ ravel_pytree(r)[0])
 
-        # The stages, unrolled for a small system (state and tangents), where XLA fuses
-        # across them: 1.8x faster over 1000 Boehm samples (8 states, 6 directions);
-        # for a larger one in a loop over the tableau's rows, so that the right-hand
-        # side with its tangents, the bulk of the program, is compiled once, not six
-        # times (E. coli, 18 states and 121 directions: 19 s to compile instead of 56;
-        # with 12 directions, set-by-set with re-estimation, mostly compilation, takes
-        # 84 s instead of 97).
-        stages = _unrolled if u0.size <= _UNROLL_SIZE else _looped
+        # The stages, unrolled where the right-hand side (with its tangents) is a small
+        # program, where XLA fuses across them: 1.8x faster over 1000 Boehm samples (8
+        # states, 6 directions), 2-3.7x on Schwen's and Fujita's (11 and 9 states, 17
+        # and 19 directions); for a larger one in a loop over the tableau's rows, so
+        # that it is compiled once, not six times (E. coli, 2,090 operations with 121
+        # directions: 19 s to compile instead of 56; with 12 directions, set-by-set
+        # with re-estimation, mostly compilation, takes 84 s instead of 97; Zheng,
+        # 2,252 operations: 39 s instead of 50, run time within 20%). The count does not
+        # grow with the number of directions (they are a vmap).
+        size = len(jax.make_jaxpr(lambda y: f(t0, y))(y0).eqns)
+        stages = _unrolled if size <= _UNROLL_EQUATIONS else _looped
         y1, y_error = stages(f, t0, h, y0, ft, solve)
         y1 = jax.tree.map(lambda a, b: jnp.where(zero, a, b), y0, y1)
         y_error = jax.tree.map(lambda e: jnp.where(zero, jnp.zeros_like(e), e), y_error)

@@ -23,7 +23,7 @@ import numpy as np
 import sympy as sp
 from jaxtyping import Array, Float
 
-from ._model import Integrator, ODEModel
+from ._model import Dependence, Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
 from ._rosenbrock import Rodas4
 from ._symbolic import dependency_order, evaluate, from_mathml, symbols_of, TIME
@@ -219,6 +219,35 @@ class SBMLModel(ODEModel):
         env = self.state_env(t, x, theta)
         zero = jnp.zeros((), dtype=x.dtype)
         return jnp.stack([zero + evaluate(o, env) for o in self.observables])
+
+    def parameter_dependence(self) -> Dependence:
+        """The parameters in the formulas: of the rates, initial values, switching
+        times and events (the solution), and of each observable, with the assignment
+        rules (and the initial values' intermediate names) followed to the end."""
+        params = set(self.parameters.names)
+        defs = {**dict(self.initial), **dict(self.rules)}
+
+        def reach(exprs) -> frozenset[str]:
+            out, seen = set(), set()
+            stack = [s for e in exprs for s in symbols_of(e)]
+            while stack:
+                s = stack.pop()
+                if s in seen:
+                    continue
+                seen.add(s)
+                if s in params:
+                    out.add(s)
+                if s in defs:
+                    stack.extend(symbols_of(defs[s]))
+            return frozenset(out)
+
+        solution = [*self.rates, *(e for _, e in self.initial), *self.switches]
+        for tau, assignments, _ in self.events:
+            solution += [tau, *(e for _, e in assignments)]
+        overrides = {f(s) for s in self.overrides for f in (initial_value, initial_set)}
+        return Dependence(
+            reach(solution) | overrides, tuple(reach([o]) for o in self.observables)
+        )
 
 
 def initial_value(state: str) -> str:

@@ -45,6 +45,11 @@ class AbstractTransformedModel(AbstractModel):
     def state_names(self):
         return self.base.state_names
 
+    def parameter_dependence(self):
+        """Not known through a transform that maps the parameters (every one may
+        matter), the base's where it keeps them (`AbstractSameParameters`)."""
+        return None
+
 
 class AbstractSameParameters(AbstractTransformedModel):
     """A transform that keeps the base's parameters and initial time."""
@@ -52,6 +57,9 @@ class AbstractSameParameters(AbstractTransformedModel):
     @property
     def parameters(self) -> Parameters:
         return self.base.parameters
+
+    def parameter_dependence(self):
+        return self.base.parameter_dependence()
 
     @property
     def t0(self):

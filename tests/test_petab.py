@@ -369,7 +369,7 @@ def test_steady_state_measurements(tmp_path):
     path = write_petab(tmp_path / "ss", parameters=pars, measurements=meas)
     problem = ji.petab.load(path)
     assert problem.experiment_names == ("c0", "c0#steady-state")
-    assert problem.steady_state
+    assert problem.steady == (False, True)
     k, a = 0.7, 2.0
     pred = ji.predict(problem)
     np.testing.assert_allclose(np.asarray(pred.outputs)[1, :, 0], a / k, rtol=1e-10)
