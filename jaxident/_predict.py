@@ -82,11 +82,21 @@ class _Preequilibrated(ODEModel):
 def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: Integrator):
     """The steady state the model reaches from `x0` (NaN where the solve fails): the
     solve runs until `f(x)` is small against the integrator's tolerances (diffrax's
-    `steady_state_event`). Where `f_x` there is regular (`sigma_min > 1e-10 sigma_max`),
-    one Newton step polishes the state and its tangents are the implicit function
-    theorem's, `-f_x^{-1} f_theta`; where it is singular (conserved moieties: the steady
-    state depends on `x0`), the tangents are those of the solve, differentiated in
-    forward mode."""
+    `steady_state_event`), and where `f_x` there is regular (`sigma_min > 1e-10
+    sigma_max`) one Newton step polishes it.
+
+    Its derivatives are the implicit function theorem's, never those of the solve:
+    `f_x dx = -f_theta dtheta`, and where `f_x` is singular because the model conserves
+    quantities (moieties: `c^T f = 0` for the left null vectors `c` of `f_x`, so `c^T x`
+    keeps its initial value), `c^T dx = c^T dx0` as well (the steady state then depends
+    on `x0`). A singular `f_x` that is not explained so (a parameter moving a conserved
+    quantity, or a null space the conservation does not fix) gives NaN tangents."""
+    return _steady_state(model, integrator, theta, x0)
+
+
+def _solve_to_steady_state(model, integrator, theta, x0):
+    """`(x, t, f_x, regular)`: the end of the solve, polished by a Newton step where
+    `f_x` is regular, the time it ended, and `f_x` there."""
     with traced_once(integrator.solver) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
@@ -101,23 +111,56 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
             event=diffrax.Event(
                 diffrax.steady_state_event(rtol=integrator.rtol, atol=integrator.atol)
             ),
-            adjoint=diffrax.ForwardMode(),
             max_steps=integrator.max_steps,
             throw=False,
         )
     x = jnp.where(diffrax.is_okay(sol.result), sol.ys[-1], jnp.nan)
-    t = jax.lax.stop_gradient(sol.ts[-1])
-    xs = jax.lax.stop_gradient(x)
+    t = sol.ts[-1]
+    J = jax.jacfwd(lambda xx: jnp.ravel(model.vector_field(t, xx, theta)))(x)
+    J = J.reshape(x.size, x.size)
+    finite = jnp.all(jnp.isfinite(J))
+    sv = jnp.linalg.svd(jnp.where(finite, J, 0.0), compute_uv=False)
+    regular = finite & (sv[-1] > 1e-10 * sv[0])
+    f = jnp.ravel(model.vector_field(t, x, theta))
+    step = jnp.linalg.solve(jnp.where(regular, J, jnp.eye(x.size, dtype=J.dtype)), f)
+    return jnp.where(regular, x - step.reshape(x.shape), x), t, J
 
-    def f(xx, th):
-        return jnp.ravel(model.vector_field(t, xx, th))
 
-    J = jax.lax.stop_gradient(jax.jacfwd(lambda xx: f(xx, jax.lax.stop_gradient(theta)))(xs))
-    J = J.reshape(xs.size, xs.size)
-    sv = jnp.linalg.svd(jnp.where(jnp.isfinite(J), J, 0.0), compute_uv=False)
-    regular = jnp.all(jnp.isfinite(J)) & (sv[-1] > 1e-10 * sv[0])
-    step = jnp.linalg.solve(jnp.where(regular, J, jnp.eye(xs.size, dtype=J.dtype)), f(xs, theta))
-    return jnp.where(regular, xs - step.reshape(xs.shape), x)
+@eqx.filter_custom_jvp
+def _steady_state(model, integrator, theta, x0):
+    return _solve_to_steady_state(model, integrator, theta, x0)[0]
+
+
+@_steady_state.def_jvp
+def _steady_state_jvp(primals, tangents):
+    model, integrator, theta, x0 = primals
+    _, _, d_theta, dx0 = tangents
+    x, t, J = _solve_to_steady_state(model, integrator, theta, x0)
+    n = x.size
+    dx0 = jnp.zeros(n, x.dtype) if dx0 is None else jnp.ravel(dx0)
+    dv = None if d_theta is None else d_theta.values
+    if dv is None:
+        f_theta = jnp.zeros(n, x.dtype)
+    else:
+        with_values = lambda v: eqx.tree_at(lambda th: th.values, theta, v)
+        f_theta = jax.jvp(
+            lambda v: jnp.ravel(model.vector_field(t, x, with_values(v))), (theta.values,), (dv,)
+        )[1]
+    finite = jnp.all(jnp.isfinite(J))
+    J = jnp.where(finite, J, 0.0)
+    U, sv, _ = jnp.linalg.svd(J)
+    conserved = jnp.where((sv <= 1e-10 * sv[0])[:, None], U.T, 0.0)  # rows c^T, else 0
+    A = jnp.concatenate([J, conserved])
+    dx = jnp.linalg.pinv(A) @ jnp.concatenate([-f_theta, conserved @ dx0])
+    # the singular directions are conserved quantities: c^T f = 0 from the start (not
+    # only at the steady state), and with them f_x fixes the tangents (full column rank)
+    f0 = jnp.ravel(model.vector_field(jnp.asarray(model.t0, x.dtype), jnp.ravel(x0), theta))
+    sa = jnp.linalg.svd(A, compute_uv=False)
+    explained = (sa[-1] > 1e-10 * sa[0]) & (
+        jnp.linalg.norm(conserved @ f0) <= 1e-8 * jnp.linalg.norm(f0)
+    )
+    dx = jnp.where(explained & finite, dx, jnp.nan)
+    return x, dx.reshape(x.shape).astype(x.dtype)
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):

@@ -18,6 +18,18 @@ def test_sweep_matches_direct_vmap_with_padding():
     np.testing.assert_allclose(res.values, np.asarray(direct), rtol=1e-12)
     assert res.ok.all() and res.n_failed == 0
     assert "n=23" in repr(res)
+    # any number of lanes side by side (a remainder too): the same numbers
+    for lanes in (1, 3):
+        other = ji.sweep(
+            lambda th: ji.sensitivity_matrix(model, th),
+            samples,
+            batch_size=10,
+            progress=False,
+            vmap_size=lanes,
+        )
+        np.testing.assert_allclose(other.values, np.asarray(direct), rtol=1e-12)
+    with pytest.raises(ValueError, match="vmap_size must be a positive integer"):
+        ji.sweep(lambda th: th, samples, vmap_size=0)
 
 
 def test_sweep_flags_failures_per_sample():

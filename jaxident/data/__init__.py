@@ -2,7 +2,7 @@
 
 `pearce2022()` returns the real sensitivity matrices of the CSS paper (MIT licence,
 copyright (c) 2022 Katherine J. Pearce; see LICENSE-pearce2022.txt beside this file).
-`petab_problem(name)` returns the path of one of six problems of the PEtab benchmark
+`petab_problem(name)` returns the path of one of seven problems of the PEtab benchmark
 collection (BSD-3 licence, copyright (c) 2020 Benchmarking-Initiative; see
 petab/LICENSE-benchmark-models-petab.txt).
 """
@@ -39,6 +39,7 @@ PETAB_PROBLEMS = (
     "Boehm_JProteomeRes2014",
     "Crauste_CellSystems2017",
     "Elowitz_Nature2000",
+    "Fujita_SciSignal2010",
     "Perelson_Science1996",
     "Schwen_PONE2014",
     "Zheng_PNAS2012",
