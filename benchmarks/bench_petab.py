@@ -1,16 +1,21 @@
-"""The Boehm PEtab problem (8 states, 6 estimated parameters on log10 scale): simulation
-and forward sensitivities, one call and a batch of samples, jaxident against AMICI
-(CVODES, the field's reference) and libroadrunner (CVODE; sensitivities by central
-differences), all in one run on the same machine, compilation reported apart.
+"""PEtab benchmark problems, jaxident against AMICI (CVODES, the field's reference), in
+one run on the same CPU core: forward sensitivities of every condition at Latin-hypercube
+samples within 0.2 decades of the nominal values (rtol 1e-8, atol 1e-10), as one call
+and over a sweep of `--n` samples, with the steps per condition, the first call (its
+compilation) against AMICI's model build, and the first and second `jaxident analyze`
+of the problem in fresh processes.
 
 AMICI builds C++ for each model and is not a dependency: give the Python of an
-environment where `pip install amici swig` worked (`--amici-python`); without it the
-AMICI rows are left out and say why.
+environment where `pip install amici swig petab` worked (`--amici-python`; the build
+needs gcc and about 15 minutes); without it the AMICI rows are left out and say why.
 
     python benchmarks/bench_petab.py --n 1000 --amici-python /tmp/amici-venv/bin/python
 
-The E. coli model (18 states, 121 parameters) is measured too, against SciPy BDF with
-central differences (`--ecoli N_JAX N_SCIPY` samples; `--ecoli 0 0` leaves it out).
+Both are pinned to one core (`--cpu`, default 0): the benchmark sets its own affinity
+before JAX starts, and AMICI's process inherits it. `--lanes 1,32,256` also times the
+sweep with that many samples vmapped side by side (the CPU rule of `ji.sweep`).
+`--ecoli N_JAX N_SCIPY` measures the E. coli model (18 states, 121 parameters) against
+SciPy's BDF with central differences.
 """
 
 import argparse
@@ -19,79 +24,173 @@ import os
 import pathlib
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 
-import diffrax
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-import jaxident as ji
-from jaxident._predict import _directions
-
-
-RTOL, ATOL = 1e-8, 1e-10
 
 AMICI_SCRIPT = r"""
-import json, sys, tempfile, time
+import json, os, sys, time
 import numpy as np
-import amici
+import petab.v1 as petab
+from amici.importers.petab.v1 import import_petab_problem
+from amici.sim.sundials.petab.v1 import simulate_petab, create_edatas, RDATAS
+from amici.sim.sundials.petab.v1._parameter_mapping import create_parameter_mapping
 import amici.sim.sundials as sim
 
-sbml, names_file, samples_file = sys.argv[1], sys.argv[2], sys.argv[3]
-estimated, times = sys.argv[4].split(","), json.loads(sys.argv[5])
-names = json.load(open(names_file))
-thetas = np.load(samples_file)  # (n, p_model): linear values of the model parameters
-out = {}
+yaml_path, samples_file, names_file, folder = sys.argv[1:5]
+problem = petab.Problem.from_yaml(yaml_path)
 t0 = time.perf_counter()
-folder = tempfile.mkdtemp()
-amici.SbmlImporter(sbml).sbml2amici("boehm", folder, verbose=False)
-module = amici.import_model_module("boehm", folder)
-out["compile_s"] = time.perf_counter() - t0
-model = module.get_model()
-model.set_timepoints(times)
-ids = list(model.get_free_parameter_ids())
-idx = [ids.index(n) for n in names if n in ids]
-pos = [i for i, n in enumerate(names) if n in ids]
-model.set_parameter_list([ids.index(n) for n in estimated])
-scales = [2 if n in estimated else 0 for n in ids]  # 2: log10
-model.set_parameter_scale(sim.parameter_scaling_from_int_vector(scales))
+model = import_petab_problem(problem, output_dir=folder, model_name="bench", compile_=True)
+out = {"build_s": time.perf_counter() - t0}
 solver = model.create_solver()
 solver.set_relative_tolerance(1e-8)
 solver.set_absolute_tolerance(1e-10)
 solver.set_max_steps(100000)
 solver.set_sensitivity_method(sim.SensitivityMethod_forward)
+solver.set_sensitivity_order(sim.SensitivityOrder_first)
+conditions = problem.get_simulation_conditions_from_measurement_df()
+mapping = create_parameter_mapping(petab_problem=problem, simulation_conditions=conditions,
+                                   scaled_parameters=True, amici_model=model)
+edatas = create_edatas(amici_model=model, petab_problem=problem, simulation_conditions=conditions)
+ids = list(problem.x_free_ids)
+nominal = dict(zip(problem.x_ids, problem.get_x_nominal(scaled=True)))
+names = json.load(open(names_file))
+# the samples' values by name; the others (noise parameters jaxident holds) at nominal
+thetas = [[dict(zip(names, th)).get(i, nominal[i]) for i in ids] for th in np.load(samples_file)]
 
+def run(theta):
+    r = simulate_petab(problem, amici_model=model, solver=solver,
+                       problem_parameters=dict(zip(ids, theta)), scaled_parameters=True,
+                       edatas=edatas, parameter_mapping=mapping)
+    return r[RDATAS], all(rd.status == 0 for rd in r[RDATAS])
 
-def run(theta, sens):
-    p = np.array(model.get_free_parameters())
-    lin = np.asarray(theta)[pos]
-    p[idx] = [np.log10(v) if ids[i] in estimated else v for i, v in zip(idx, lin)]
-    model.set_free_parameters(p)
-    order = sim.SensitivityOrder_first if sens else sim.SensitivityOrder_none
-    solver.set_sensitivity_order(order)
-    rdata = sim.run_simulation(model, solver)
-    assert rdata.status == 0, rdata.status
-    return rdata
-
-
-for sens in (False, True):
-    run(thetas[0], sens)
-    reps = []
-    for _ in range(20):
-        t = time.perf_counter()
-        run(thetas[0], sens)
-        reps.append(time.perf_counter() - t)
-    out["single_sens" if sens else "single_sim"] = float(np.median(reps))
+rdatas, _ = run(thetas[0])
+reps = []
+for _ in range(10):
+    t = time.perf_counter()
+    run(thetas[0])
+    reps.append(time.perf_counter() - t)
+out["single_s"] = float(np.median(reps))
+out["steps"] = [int(np.asarray(rd.numsteps).max()) for rd in rdatas]
+out["sensitivities_per_condition"] = [len(e.plist) if e.plist else model.nplist() for e in edatas]
 t = time.perf_counter()
-for th in thetas:
-    run(th, True)
-out["batch_sens"] = time.perf_counter() - t
-r = run(thetas[0], True)
-out["steps"] = int(np.asarray(r.numsteps).max())
+out["failed"] = sum(not run(th)[1] for th in thetas)
+out["per_sample_s"] = (time.perf_counter() - t) / len(thetas)
 print(json.dumps(out))
 """
+
+
+def _pin(cpu: int) -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+
+def _median_time(fn, reps: int) -> float:
+    import jax
+    import numpy as np
+
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        out.append(time.perf_counter() - t)
+    return float(np.median(out))
+
+
+def samples_for(problem, n: int, seed: int = 0):
+    """`n` Latin-hypercube samples within 0.2 decades of the nominal values, on the
+    estimation scale (a parameter on a linear scale moves by the same factor)."""
+    import jax
+    import numpy as np
+
+    import jaxident as ji
+    from jaxident._problem import from_scale, to_scale
+
+    box = (np.full(problem.parameters.p, -0.2), np.full(problem.parameters.p, 0.2))
+    u = np.asarray(ji.latin_hypercube(jax.random.key(seed), box, n))
+    lin = from_scale(problem.parameters.nominal, problem.scales)
+    return np.stack([to_scale(lin * 10.0**row, problem.scales) for row in u])
+
+
+def jaxident_rows(problem, samples, lanes) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxident as ji
+
+    def sensitivities(th):
+        return ji.predict(problem, th, jacobian=True).jacobian
+
+    out = {}
+    th0 = jnp.asarray(samples[0])
+    fn = jax.jit(sensitivities)
+    t = time.perf_counter()
+    jax.block_until_ready(fn(th0))
+    out["first_call_s"] = time.perf_counter() - t
+    out["single_s"] = _median_time(lambda: fn(th0), 20)
+    out["steps"] = np.asarray(ji.predict(problem, th0, jacobian=True).steps).tolist()
+    out["columns_per_condition"] = [len(c) for c in problem.columns]
+    n = samples.shape[0]
+    for b in [None, *lanes]:
+        res = ji.sweep(sensitivities, samples, batch_size=256, progress=False, vmap_size=b)
+        if res.compile_seconds:  # time a second sweep: the first one compiled
+            res = ji.sweep(sensitivities, samples, batch_size=256, progress=False, vmap_size=b)
+        key = "sweep" if b is None else f"sweep_lanes_{b}"
+        out[f"{key}_per_sample_s"] = res.run_seconds / n
+        out[f"{key}_failed"] = int(res.n_failed)
+    return out
+
+
+def amici_rows(problem, samples, amici_python) -> dict:
+    import numpy as np
+
+    if not amici_python:
+        return {"amici": "not run: give --amici-python (pip install amici swig petab)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(f"{tmp}/s.npy", samples)
+        json.dump(list(problem.parameters.names), open(f"{tmp}/names.json", "w"))
+        script = pathlib.Path(tmp) / "amici_run.py"
+        script.write_text(AMICI_SCRIPT)
+        yaml_path = problem_yaml(problem)
+        proc = subprocess.run(
+            [amici_python, str(script), yaml_path, f"{tmp}/s.npy", f"{tmp}/names.json",
+             f"{tmp}/model"],  # fmt: skip
+            capture_output=True,
+            text=True,
+            # AMICI's build calls swig, installed beside that Python (pip install swig)
+            env={**os.environ, "PATH": f"{os.path.dirname(amici_python)}:{os.environ['PATH']}"},
+        )
+    if proc.returncode:
+        return {"amici": f"failed: {proc.stderr[-800:]}"}
+    return {f"amici_{k}": v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+
+
+def problem_yaml(problem) -> str:
+    import jaxident as ji
+
+    return ji.data.petab_problem(problem.name)
+
+
+def analyze_rows(yaml_path: str) -> dict:
+    """`jaxident analyze` of the problem in a fresh process, with an empty cache folder,
+    then again in a second process with the cache that the first one filled."""
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "JAXIDENT_CACHE": cache}
+        for which in ("first", "second"):
+            t = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-m", "jaxident.cli", "analyze", yaml_path],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            out[f"analyze_{which}_process_s"] = time.perf_counter() - t
+            if proc.returncode:
+                out[f"analyze_{which}_process_s"] = f"failed: {proc.stderr[-500:]}"
+    return out
 
 
 def ecoli(n_jax: int, n_scipy: int) -> dict:
@@ -100,7 +199,13 @@ def ecoli(n_jax: int, n_scipy: int) -> dict:
     against SciPy's BDF with central finite differences (242 solves per matrix; the
     right-hand side and its Jacobian jitted, as a SciPy user of a JAX model would), all
     at rtol 1e-7, atol 1e-10, at samples within 0.1 decades of the nominal values."""
+    import diffrax
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
     from scipy.integrate import solve_ivp
+
+    import jaxident as ji
 
     model = ji.models.load("ecoli_chassagnole")
     rtol, atol = 1e-7, 1e-10
@@ -170,147 +275,42 @@ def ecoli(n_jax: int, n_scipy: int) -> dict:
     return out
 
 
-def _median_time(fn, reps: int = 5) -> float:
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        out.append(time.perf_counter() - t)
-    return float(np.median(out))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--problems", nargs="+", default=["boehm", "fujita", "schwen", "zheng"])
     ap.add_argument("--amici-python", default=None)
-    ap.add_argument("--ecoli", type=int, nargs=2, default=[16, 1], metavar=("N_JAX", "N_SCIPY"))
+    ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--lanes", default="", help="e.g. 1,32,256: sweeps with these vmap sizes")
+    ap.add_argument("--no-analyze", action="store_true", help="leave out the CLI timings")
+    ap.add_argument("--ecoli", type=int, nargs=2, default=[0, 0], metavar=("N_JAX", "N_SCIPY"))
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "petab.json"))
     args = ap.parse_args()
+    _pin(args.cpu)  # before JAX starts: its thread pools are sized to the allowed cores
 
-    problem = ji.petab.load(ji.data.petab_problem("boehm"))
-    integrator = ji.Integrator(problem.model.integrator.solver, rtol=RTOL, atol=ATOL)
-    nominal = np.asarray(problem.parameters.nominal)
-    rng = np.random.default_rng(0)
-    # samples within 0.2 decades of the nominal values (the box [1e-5, 1e5] holds
-    # parameter values for which the model is not solvable at all)
-    samples = nominal + rng.uniform(-0.2, 0.2, size=(args.n, nominal.size))
-    res = {"machine": platform.processor() or platform.machine(), "n": args.n}
+    import jaxident as ji
 
-    def simulate(th):
-        return ji.predict(problem, th, integrator=integrator).outputs
-
-    def sensitivities(th):
-        return ji.predict(problem, th, jacobian=True, integrator=integrator).jacobian
-
-    th0 = jnp.asarray(nominal)
-    for name, fn in (("sim", jax.jit(simulate)), ("sens", jax.jit(sensitivities))):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(th0))
-        res[f"jaxident_compile_{name}_s"] = time.perf_counter() - t
-        res[f"jaxident_single_{name}_s"] = _median_time(lambda f=fn: f(th0), 20)
-    # one vmapped kernel over all samples: the first call compiles it
-    for key in ("jaxident_batch_sens_first_s", "jaxident_batch_sens_s"):
-        t = time.perf_counter()
-        sweep = ji.sweep(sensitivities, jnp.asarray(samples), batch_size=args.n, progress=False)
-        res[key] = time.perf_counter() - t
-    res["jaxident_batch_failed"] = int(sweep.n_failed)
-
-    # the model parameters (linear) of every sample, for the simulators
-    th_model = np.stack([np.asarray(_directions(problem, jnp.asarray(s))[0][0]) for s in samples])
-    names = problem.model.parameters.names
-    times = np.unique(np.asarray(problem.times[0])).tolist()
-
-    # libroadrunner: CVODE simulations; sensitivities by central differences (2p + 0 runs)
-    import roadrunner
-
-    rr = roadrunner.RoadRunner(problem.model_file)
-    rr.integrator.relative_tolerance = RTOL
-    rr.integrator.absolute_tolerance = ATOL
-    ids = set(rr.model.getGlobalParameterIds()) | set(rr.model.getCompartmentIds())
-
-    def rr_sim(th):
-        for n, v in zip(names, th):
-            if n in ids:
-                rr[n] = float(v)
-        rr.reset()
-        return rr.simulate(times=[0.0, *times[1:]] if times[0] == 0 else [0.0, *times])
-
-    est = [names.index(n) for n in problem.parameters.names]
-
-    def rr_sens(th):
-        cols = []
-        for j in est:
-            up, down = th.copy(), th.copy()
-            up[j] *= 10**1e-4
-            down[j] /= 10**1e-4
-            cols.append((np.asarray(rr_sim(up)) - np.asarray(rr_sim(down))) / 2e-4)
-        return cols
-
-    res["roadrunner_single_sim_s"] = _median_time(lambda: rr_sim(th_model[0]), 20)
-    res["roadrunner_single_fd_sens_s"] = _median_time(lambda: rr_sens(th_model[0]), 5)
-    t = time.perf_counter()
-    for th in th_model:
-        rr_sens(th)
-    res["roadrunner_batch_fd_sens_s"] = time.perf_counter() - t
-
-    if args.amici_python:
-        with tempfile.TemporaryDirectory() as tmp:
-            np.save(f"{tmp}/s.npy", th_model)
-            json.dump(list(names), open(f"{tmp}/names.json", "w"))
-            script = pathlib.Path(tmp) / "amici_run.py"
-            script.write_text(AMICI_SCRIPT)
-            proc = subprocess.run(
-                [
-                    args.amici_python,
-                    str(script),
-                    problem.model_file,
-                    f"{tmp}/names.json",
-                    f"{tmp}/s.npy",
-                    ",".join(problem.parameters.names),
-                    json.dumps(times),
-                ],
-                capture_output=True,
-                text=True,
-                # AMICI's build calls swig, installed beside that Python (pip install swig)
-                env={
-                    **os.environ,
-                    "PATH": f"{os.path.dirname(args.amici_python)}:{os.environ['PATH']}",
-                },
+    lanes = [int(b) for b in args.lanes.split(",") if b]
+    res = {"machine": platform.processor() or platform.machine(), "n": args.n, "cpu": args.cpu}
+    for name in args.problems:
+        problem = ji.petab.load(ji.data.petab_problem(name))
+        samples = samples_for(problem, args.n)
+        row = {"conditions": problem.n_experiments, "parameters": problem.parameters.p}
+        row.update(jaxident_rows(problem, samples, lanes))
+        row.update(amici_rows(problem, samples, args.amici_python))
+        if not args.no_analyze:
+            row.update(analyze_rows(ji.data.petab_problem(name)))
+        if "amici_per_sample_s" in row:
+            row["sweep per sample: AMICI / jaxident"] = (
+                row["amici_per_sample_s"] / row["sweep_per_sample_s"]
             )
-            if proc.returncode:
-                res["amici"] = f"failed: {proc.stderr[-500:]}"
-            else:
-                a = json.loads(proc.stdout.strip().splitlines()[-1])
-                res["amici_compile_s"] = a["compile_s"]
-                res["amici_single_sim_s"] = a["single_sim"]
-                res["amici_single_sens_s"] = a["single_sens"]
-                res["amici_batch_sens_s"] = a["batch_sens"]
-                res["amici_steps"] = a["steps"]
-    else:
-        res["amici"] = "not run: give --amici-python (AMICI is not a dependency)"
-
+            row["single call: AMICI / jaxident"] = row["amici_single_s"] / row["single_s"]
+        row["sweep per sample / single call"] = row["sweep_per_sample_s"] / row["single_s"]
+        res[name] = row
+        print(name, json.dumps(row, indent=1), flush=True)
     if args.ecoli[0] > 0:
         res.update(ecoli(*args.ecoli))
-
-    def ratio(a, b):
-        return res[b] / res[a] if a in res and b in res else None
-
-    res["ratios (baseline time / jaxident time)"] = {
-        "single sim vs AMICI": ratio("jaxident_single_sim_s", "amici_single_sim_s"),
-        "single sens vs AMICI": ratio("jaxident_single_sens_s", "amici_single_sens_s"),
-        f"{args.n} sens vs AMICI": ratio("jaxident_batch_sens_s", "amici_batch_sens_s"),
-        "single sim vs roadrunner": ratio("jaxident_single_sim_s", "roadrunner_single_sim_s"),
-        f"{args.n} sens vs roadrunner FD": ratio(
-            "jaxident_batch_sens_s", "roadrunner_batch_fd_sens_s"
-        ),
-        "E. coli sens per sample, Rodas4 vs SciPy BDF + FD": ratio(
-            "ecoli_jaxident_rodas4_per_sample_s", "ecoli_scipy_bdf_fd_per_sample_s"
-        ),
-        "E. coli sens per sample, Kvaerno3 vs SciPy BDF + FD": ratio(
-            "ecoli_jaxident_kvaerno3_per_sample_s", "ecoli_scipy_bdf_fd_per_sample_s"
-        ),
-    }
-    print(json.dumps(res, indent=2))
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(json.dumps(res, indent=2))
 
 

@@ -69,7 +69,7 @@ def _library(obj) -> bool:
 
 
 @functools.cache
-def _environment() -> str:
+def environment() -> str:
     """Versions, jaxident's own source and the platform: the part of the key that is the
     same for every call in this process."""
     h = hashlib.sha256(sys.version.encode())
@@ -205,17 +205,40 @@ def _value(x, const: bool = False):
 def _key(kernel, args) -> str | None:
     try:
         name = (kernel.__module__, kernel.__qualname__)  # jaxident's: its source is keyed
-        fingerprint = (_environment(), on_error_mode(), name, _value(args))
+        fingerprint = (environment(), on_error_mode(), name, _value(args))
     except _Unkeyable:
         return None
     return hashlib.sha256(repr(fingerprint).encode()).hexdigest()
 
 
-def _folder() -> pathlib.Path | None:
+def cache_folder(name: str) -> pathlib.Path | None:
+    """A folder of ours beside JAX's persistent compilation cache, or `None` where there
+    is none (`JAXIDENT_CACHE=0`) or it is not on a local disk."""
     root = jax.config.jax_compilation_cache_dir
     if not root or "://" in root:
         return None
-    return pathlib.Path(root) / "jaxident-exported"
+    return pathlib.Path(root) / name
+
+
+def _folder() -> pathlib.Path | None:
+    return cache_folder("jaxident-exported")
+
+
+def write_atomic(path: pathlib.Path, blob: bytes) -> None:
+    """`blob` into `path` (a temporary file, then `os.replace`: a reader never sees half
+    of it), keeping at most `_MAX_FILES` files of its kind in its folder, the oldest
+    going first; where the folder cannot be written, nothing."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+        files = sorted(path.parent.glob(f"*{path.suffix}"), key=lambda p: p.stat().st_mtime)
+        for old in files[:-_MAX_FILES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 class _Slot:
@@ -291,16 +314,9 @@ def _store(folder: pathlib.Path, key: str, found) -> None:
         else:
             exported, skeleton = found
             blob = pickle.dumps((bytes(exported.serialize()), skeleton))
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, folder / f"{key}.jaxexport")
-        files = sorted(folder.glob("*.jaxexport"), key=lambda p: p.stat().st_mtime)
-        for old in files[:-_MAX_FILES]:
-            old.unlink(missing_ok=True)
-    except Exception:  # a read-only folder, an unpicklable output: memory only
-        pass
+    except Exception:  # an unpicklable output: memory only
+        return
+    write_atomic(folder / f"{key}.jaxexport", blob)
 
 
 def _load(folder: pathlib.Path, key: str):

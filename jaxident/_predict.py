@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_theta
-from ._context import callback_free, is_traced, on_error_mode
+from ._context import call_kept, callback_free, is_traced, on_error_mode
 from ._forward import accuracy, forward_sensitivities
 from ._model import AbstractModel, Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
@@ -261,7 +261,9 @@ class Prediction(eqx.Module):
     time grid: `outputs` `(e, n, m)`, `sigma` `(e, n, m)`, `residuals` (weighted, on
     the transformed scale, 0 where no datum), `jacobian` `(e, n, m, q)` (of the weighted
     residuals with respect to `theta` on the estimation scale, or `None`),
-    `log_likelihood` (PEtab's, over the observed data) and `ok` per experiment."""
+    `log_likelihood` (PEtab's, over the observed data), `ok` per experiment, and
+    `steps`, the accepted steps of each experiment's solve (after its
+    pre-equilibration, if any; 0 for measurements at steady state)."""
 
     outputs: Float[Array, "e n m"]
     sigma: Float[Array, "e n m"]
@@ -270,6 +272,10 @@ class Prediction(eqx.Module):
     log_likelihood: Float[Array, ""]
     ok: Bool[Array, " e"]
     noise_jacobian: Float[Array, "e n m q"] | None = None
+    steps: Int[Array, " e"] | None = None
+
+
+_PLAIN = diffrax.RecursiveCheckpointAdjoint()
 
 
 @eqx.filter_jit
@@ -278,7 +284,7 @@ def _predict(
     theta: Array,
     integrator: Integrator,
     jacobian: bool,
-    adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
+    adjoint: diffrax.AbstractAdjoint = _PLAIN,
     error_mode: str | None = None,
 ) -> Prediction:
     """The kernel of `predict`; `adjoint` is how the plain solve (no `jacobian`) may be
@@ -303,13 +309,14 @@ def _predict(
         else:
             solved = solve(model, th_e, times, integrator, adjoint)
             y, Y = solved.ys, None
-        return y.reshape(times.shape[0], -1), Y, solved.ok
+        return y.reshape(times.shape[0], -1), Y, solved.ok, solved.num_steps
 
     def steady(args):
         th_e, M_e, times = args
-        return _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
+        y, Y, ok = _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
+        return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
 
-    y, Y, ok = _in_turn(problem.steady, (transient, steady), (th, M, problem.times))
+    y, Y, ok, steps = _in_turn(problem.steady, (transient, steady), (th, M, problem.times))
     if jacobian and cols is not None:
         q = theta.shape[0]
         Yt = jnp.moveaxis(Y, -1, 1)  # (e, columns, n, outputs)
@@ -364,7 +371,7 @@ def _predict(
             noise_J = jnp.where(
                 problem.observed[..., None], dS * (jnp.sqrt(c) / sigma)[..., None], 0.0
             )
-    return Prediction(pred, sigma, r, J, llh, ok, noise_J)
+    return Prediction(pred, sigma, r, J, llh, ok, noise_J, steps)
 
 
 def predict(
@@ -373,17 +380,18 @@ def predict(
     *,
     jacobian: bool = False,
     integrator: Integrator | None = None,
+    throw: bool = True,
 ) -> Prediction:
     """Simulate every experiment of `problem` at `theta` (on the estimation scale;
     default: nominal), with the weighted residuals, the PEtab log-likelihood and, with
     `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
-    naming the experiment (under the caller's `jit`/`vmap`: NaN and `ok = False`).
-    Jittable and vmappable over `theta`."""
+    naming the experiment (with `throw=False`, and under the caller's `jit`/`vmap`:
+    NaN and `ok = False`). Jittable and vmappable over `theta`."""
     theta = check_theta(problem, theta)
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
-        out = _predict(problem, theta, integrator, bool(jacobian), error_mode=on_error_mode())
-    if is_traced(out.ok):  # inside the caller's jit or vmap: failures are NaN and ok
+        out = call_kept(_predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode())
+    if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
     ok = np.asarray(out.ok)
     sigma = np.asarray(out.sigma)
@@ -400,7 +408,9 @@ def predict(
         bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]
         if jacobian:
             with callback_free(theta):
-                plain = _predict(problem, theta, integrator, False, error_mode=on_error_mode())
+                plain = call_kept(
+                    _predict, problem, theta, integrator, False, _PLAIN, on_error_mode()
+                )
             if np.asarray(plain.ok)[~ok].all():
                 raise RuntimeError(
                     f"The simulation of {bad} succeeds, but its sensitivities fail: the "
@@ -422,13 +432,15 @@ def problem_sensitivity(
     theta: ArrayLike | Mapping | None = None,
     *,
     integrator: Integrator | None = None,
+    throw: bool = True,
 ) -> Sensitivity:
     """The noise-weighted sensitivity matrix of a problem: one row per observed datum
     (experiments stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the
     observable transformation and `theta` on the estimation scale. Its Gram matrix is
     the Fisher information (for normal noise); every selection and rank analysis of
-    jaxident takes it (`scale="noise"` marks it)."""
-    out = predict(problem, theta, jacobian=True, integrator=integrator)
+    jaxident takes it (`scale="noise"` marks it). A failed solve is an error, or with
+    `throw=False` a matrix of NaN with `ok = False`."""
+    out = predict(problem, theta, jacobian=True, integrator=integrator, throw=throw)
     observed = np.asarray(problem.observed)
     J = np.asarray(out.jacobian)[observed]
     outputs = np.asarray(out.outputs)[observed]
@@ -446,7 +458,7 @@ def problem_sensitivity(
         names=problem.parameters.names,
         output_names=None,
         scale="noise",
-        ok=jnp.asarray(True),
+        ok=jnp.asarray(bool(np.all(np.asarray(out.ok)))),
         accuracy=accuracy(problem.model, integrator, J.dtype),
     )
 

@@ -46,6 +46,13 @@ def to_scale(values, scales: Sequence[str]) -> np.ndarray:
         return np.array([fns[s](v) for v, s in zip(values, scales)], dtype=float)
 
 
+def from_scale(values, scales: Sequence[str]) -> np.ndarray:
+    """`unscale` on the host, in NumPy (no small programs to compile)."""
+    values = np.asarray(values, dtype=float)
+    fns = {"lin": lambda v: v, "log": np.exp, "log10": lambda v: 10.0**v}
+    return np.array([fns[s](v) for v, s in zip(values, scales)], dtype=float)
+
+
 class Experiment(eqx.Module):
     """One experiment of a `ji.Problem`: when the outputs were measured, what was
     measured, how noisy it was, and under which condition.

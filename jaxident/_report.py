@@ -24,7 +24,7 @@ from ._linalg._rank import (
 )
 from ._model import AbstractModel
 from ._predict import problem_sensitivity, profile_problem
-from ._problem import Experiment, Problem, unscale
+from ._problem import Experiment, from_scale, Problem, unscale
 from ._report_result import decades, Group, Report
 
 
@@ -139,7 +139,7 @@ def _log_columns(S, th, scales):
     """`S` with each column on the log scale of its parameter (a column scaling: rank,
     null-space support and selection do not change; null vectors become exponents),
     and which columns could be (a parameter at 0 on a linear scale stays linear)."""
-    lin = unscale(th, scales)
+    lin = from_scale(th, scales)
     log_ok = np.array([sc != "lin" or v != 0 for sc, v in zip(scales, lin)])
     col = [
         1.0 if sc == "log" else (1 / math.log(10) if sc == "log10" else (v if v != 0 else 1.0))
@@ -289,10 +289,10 @@ def analyze(
         P2 = None
         for size in (1.0, 0.2, 0.04):  # smaller moves where the model cannot be solved
             th2 = _moved(problem, th, size)
-            try:
-                S2 = np.asarray(problem_sensitivity(problem, th2, integrator=integrator).matrix)
-            except RuntimeError:
+            sens2 = problem_sensitivity(problem, th2, integrator=integrator, throw=False)
+            if not bool(sens2.ok):
                 continue
+            S2 = np.asarray(sens2.matrix)
             V2 = np.linalg.svd(_log_columns(S2, th2, problem.scales)[0] / est.scale[None, :])[2]
             P2 = V2[p - est.nullity :].T  # the null space there, equilibrated units
             break

@@ -48,7 +48,8 @@ _C[5, :5] = [
 
 
 # operations in the right-hand side (with the tangents) up to which the stages are unrolled
-_UNROLL_EQUATIONS = 1500
+# (see `Rodas4._step`)
+_UNROLL_EQUATIONS = 500
 
 
 def _combine(base, coeffs, ks, scale=1.0):
@@ -73,28 +74,32 @@ def _unrolled(f, t0, h, y0, ft, solve):
 
 
 def _looped(f, t0, h, y0, ft, solve):
-    """The six stages in a loop over the tableau's rows (traced once): `(y1, error)`."""
+    """The six stages in a loop (the right-hand side, the bulk of the program, traced and
+    compiled once): each stage's combination of the earlier stages is a branch of a
+    `lax.switch` written out with the tableau's zeros skipped, so that a stage reads
+    only the stages it needs, as in `_unrolled`: `(y1, error)`."""
     dtype = jax.tree.leaves(y0)[0].dtype
-    A, C = jnp.asarray(_A, dtype), jnp.asarray(_C, dtype)
     alpha, gamma_i = jnp.asarray(_ALPHA, dtype), jnp.asarray(_GAMMA_I, dtype)
 
-    def row(coeffs, ks):
-        return jax.tree.map(lambda k: jnp.tensordot(coeffs, k, axes=1), ks)
+    def combination(i):
+        def branch(ks):
+            prior = [jax.tree.map(lambda k, j=j: k[j], ks) for j in range(i)]
+            zero = jax.tree.map(jnp.zeros_like, y0)
+            return _combine(y0, _A[i, :i], prior), _combine(zero, _C[i, :i], prior, 1.0 / h)
+
+        return branch
 
     def stage(i, ks):
-        yi = jax.tree.map(jnp.add, y0, row(A[i], ks))
+        yi, ci = jax.lax.switch(i, [combination(i) for i in range(6)], ks)
         r = jax.tree.map(
-            lambda a, b, d: a + b / h + (h * gamma_i[i]) * d,
-            f(t0 + alpha[i] * h, yi),
-            row(C[i], ks),
-            ft,
+            lambda a, b, d: a + b + (h * gamma_i[i]) * d, f(t0 + alpha[i] * h, yi), ci, ft
         )
         return jax.tree.map(lambda ka, kk: ka.at[i].set(kk), ks, solve(r))
 
     ks = jax.tree.map(lambda x: jnp.zeros((6, *x.shape), x.dtype), y0)
     ks = jax.lax.fori_loop(0, 6, stage, ks)
-    y1 = jax.tree.map(jnp.add, y0, row(jnp.asarray(_M, dtype), ks))
-    return y1, jax.tree.map(lambda k: k[5], ks)
+    stages = [jax.tree.map(lambda k, j=j: k[j], ks) for j in range(6)]
+    return _combine(y0, _M, stages), stages[5]
 
 
 class Rodas4(diffrax.AbstractAdaptiveSolver):
@@ -183,14 +188,12 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
             return unravel(W_inv @ ravel_pytree(r)[0])
 
         # The stages, unrolled where the right-hand side (with its tangents) is a small
-        # program, where XLA fuses across them: 1.8x faster over 1000 Boehm samples (8
-        # states, 6 directions), 2-3.7x on Schwen's and Fujita's (11 and 9 states, 17
-        # and 19 directions); for a larger one in a loop over the tableau's rows, so
-        # that it is compiled once, not six times (E. coli, 2,090 operations with 121
-        # directions: 19 s to compile instead of 56; with 12 directions, set-by-set
-        # with re-estimation, mostly compilation, takes 84 s instead of 97; Zheng,
-        # 2,252 operations: 39 s instead of 50, run time within 20%). The count does not
-        # grow with the number of directions (they are a vmap).
+        # program; else in a loop (the right-hand side compiled once, each stage's
+        # combination of the earlier ones a branch of a switch). Measured against
+        # unrolling (1 core, sensitivities; a 32-sample vmap, a single call, compiling):
+        # Boehm (421 operations) 1.0x, 1.5x, 0.7x the time; Schwen (606) 1.05x, 1.24x,
+        # 0.6x; Fujita (712) 1.0x, 0.9x, 0.48x; Zheng (2,252) 1.07x, 1.0x, 0.42x. The
+        # count does not grow with the number of directions (they are a vmap).
         size = len(jax.make_jaxpr(lambda y: f(t0, y))(y0).eqns)
         stages = _unrolled if size <= _UNROLL_EQUATIONS else _looped
         y1, y_error = stages(f, t0, h, y0, ft, solve)

@@ -18,6 +18,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._context import clean_errors
 from .._linalg._misc import matmul
 from .._linalg._rank import (
+    _decision,
     AbstractRankRule,
     RelativeTolerance,
     support_threshold,
@@ -82,6 +83,27 @@ def _svd_of(DG: Array) -> _SVD:
     s = jnp.concatenate([s, jnp.zeros(cols - s.shape[0], s.dtype)])
     nan = jnp.asarray(jnp.nan, DG.dtype)
     return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, ok)
+
+
+@eqx.filter_jit
+def _svd_kernel(DG: Array) -> _SVD:
+    """`_svd_of` as one compiled call (the host layer's arrays are concrete; each of its
+    operations would otherwise be compiled on its own)."""
+    return _svd_of(DG)
+
+
+@eqx.filter_jit
+def _finish(svd: _SVD, VB: Array, piv: Array):
+    """`(V~, v, rho)`: the transformed null basis (eq. 22) and the uncertainties and
+    correlations (eqs. 33-34), as one compiled call."""
+    # eq. 22 in the units of the unknowns: V~ does not depend on the basis of the null
+    # space, so C^{-1} V~_eq C_piv is the paper's V_B V_B1^{-1} of DG itself.
+    if piv.shape[0]:
+        Vt = _transformed_basis(VB, piv) * svd.c[piv][None, :] / svd.c[:, None]
+    else:
+        Vt = VB
+    v, rho = _uncertainty(svd.s, svd.V, svd.c)
+    return Vt, v, rho
 
 
 _MAX_PIVOT_SETS = 20_000
@@ -312,11 +334,11 @@ def estimability(
         raise ValueError(f"{len(names)} names for {n_w} columns.")
     if not isinstance(DG, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(DG))):
         raise ValueError("DG contains NaN or inf (a failed solve?).")
-    svd = _svd_of(DG)
+    svd = _svd_kernel(DG)
     if nullity is None:
         if isinstance(DG, jax.core.Tracer):
             raise ValueError("Under jit or vmap, pass nullity=... (an int).")
-        nullity = n_w - int(rank(svd.s, DG.shape))
+        nullity = n_w - int(_decision(rank, svd.s, DG.shape)[0])
         rule = rank.describe(svd.s, DG.shape)
         warn_if_near_threshold(rank, svd.s, DG.shape, "estimability")
         if noise_support:
@@ -334,14 +356,7 @@ def estimability(
         if nullity and isinstance(VB, jax.core.Tracer):
             raise ValueError("Under jit or vmap, pass pivots=... as well as nullity.")
         piv = best_pivots(VB[None], nullity, cand)
-    # eq. 22 in the units of the unknowns: V~ does not depend on the basis of the null
-    # space, so C^{-1} V~_eq C_piv is the paper's V_B V_B1^{-1} of DG itself.
-    Vt = (
-        _transformed_basis(VB, jnp.asarray(piv)) * svd.c[jnp.asarray(piv)][None, :] / svd.c[:, None]
-        if nullity
-        else VB
-    )
-    v, rho = _uncertainty(svd.s, svd.V, svd.c)
+    Vt, v, rho = _finish(svd, VB, jnp.asarray(piv, dtype=int))
     return Estimability(
         names=names,
         singular_values=svd.s,
