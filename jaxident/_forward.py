@@ -241,22 +241,23 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     if dae:
         x0, w0, init_ok = consistent_initial_values(model, th, integrator)
         base_vf = dae_vector_field(model, integrator)
-        y0 = (x0, w0)
     else:
         base_vf = lambda t, x, a: model.vector_field(t, x, a)
-        y0 = model.initial_state(th)
         init_ok = jnp.asarray(True)
-    z0, unravel = ravel_pytree(y0)
-    z0 = z0.astype(theta.dtype)
 
     def x0_of(tt):
-        tv = view(tt)
-        x = model.initial_state(tv)
+        x = model.initial_state(view(tt))
         if dae:
             x = (jnp.asarray(x, dtype=float), jnp.zeros_like(w0))
-        return ravel_pytree(x)[0].astype(theta.dtype)
+        return jax.tree.map(lambda a: jnp.asarray(a, theta.dtype), x)
 
-    _, Z0 = ld_jvp(x0_of, (theta,), (Ms,))
+    # the initial state and its tangents from one trace (a pre-equilibration's steady
+    # state is solved once, not again for the tangents); for a DAE, the algebraic part
+    # is the consistent initialisation's, not the guess's
+    y0, Y0 = ld_jvp(x0_of, (theta,), (Ms,))
+    z0, unravel = ravel_pytree((x0, w0) if dae else y0)
+    z0 = z0.astype(theta.dtype)
+    Z0 = jnp.concatenate([a.reshape(-1, Ms.shape[1]) for a in jax.tree.leaves(Y0)])
 
     def f(t, z, tt):
         return ravel_pytree(base_vf(t, unravel(z), view(tt)))[0].astype(z.dtype)

@@ -13,11 +13,13 @@ factors, variable stoichiometry and compartments of varying size raise a `ValueE
 naming the feature.
 """
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import sympy as sp
@@ -201,9 +203,8 @@ class SBMLModel(ODEModel):
         return self._with_rules(env)
 
     def vector_field(self, t, x, theta: ParameterValues) -> Array:
-        env = self.state_env(t, x, theta)
-        zero = jnp.zeros((), dtype=x.dtype)
-        return jnp.stack([zero + evaluate(r, env) for r in self.rates])
+        fn = _of_state(self.parameters.names, self.state_ids, self.rules, self.rates)
+        return fn(t, x, theta.values)
 
     def switching_times(self, theta: ParameterValues) -> Array | None:
         """The times at which a `piecewise` condition on `time` switches (`time < t_1`,
@@ -216,9 +217,8 @@ class SBMLModel(ODEModel):
         return jnp.stack([zero + evaluate(e, env) for e in self.switches])
 
     def output(self, t, x, theta: ParameterValues) -> Array:
-        env = self.state_env(t, x, theta)
-        zero = jnp.zeros((), dtype=x.dtype)
-        return jnp.stack([zero + evaluate(o, env) for o in self.observables])
+        fn = _of_state(self.parameters.names, self.state_ids, self.rules, self.observables)
+        return fn(t, x, theta.values)
 
     def parameter_dependence(self) -> Dependence:
         """The parameters in the formulas: of the rates, initial values, switching
@@ -248,6 +248,26 @@ class SBMLModel(ODEModel):
         return Dependence(
             reach(solution) | overrides, tuple(reach([o]) for o in self.observables)
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _of_state(names, state_ids, rules, exprs):
+    """`(t, x, p) -> [expr for expr in exprs]` with the rules, as a jitted function: the
+    solvers and the transforms around them (`jvp`, `vmap`, diffrax's shape checks) call
+    a model's right-hand side tens of times per solve, and a jitted function is traced
+    once per signature (its jaxpr transformed after that), not walked through the
+    formulas again each time."""
+
+    def fn(t, x, p):
+        env = dict(zip(names, jnp.unstack(p)))
+        env[TIME] = t
+        env.update(zip(state_ids, jnp.unstack(x)))
+        for name, expr in rules:
+            env[name] = evaluate(expr, env)
+        zero = jnp.zeros((), dtype=x.dtype)
+        return jnp.stack([zero + evaluate(e, env) for e in exprs])
+
+    return jax.jit(fn, inline=True)
 
 
 def initial_value(state: str) -> str:

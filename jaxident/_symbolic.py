@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
 import sympy as sp
+from jax import lax
 from jaxtyping import Array, ArrayLike
 
 
@@ -17,22 +18,25 @@ class UnsupportedMath(ValueError):
     """An expression uses an operation with no JAX counterpart here."""
 
 
+# `lax`'s own primitives where they take the arrays as they come (a JAX scalar, or a
+# Python float for a number): `jnp`'s functions wrap each in a jitted function of its
+# own, which costs tracing time on a model of hundreds of operations
 _FUNCTIONS = {
-    sp.exp: jnp.exp,
-    sp.log: jnp.log,
-    sp.Abs: jnp.abs,
-    sp.sin: jnp.sin,
-    sp.cos: jnp.cos,
-    sp.tan: jnp.tan,
+    sp.exp: lax.exp,
+    sp.log: lax.log,
+    sp.Abs: lax.abs,
+    sp.sin: lax.sin,
+    sp.cos: lax.cos,
+    sp.tan: lax.tan,
     sp.asin: jnp.arcsin,
     sp.acos: jnp.arccos,
     sp.atan: jnp.arctan,
     sp.sinh: jnp.sinh,
     sp.cosh: jnp.cosh,
-    sp.tanh: jnp.tanh,
-    sp.floor: jnp.floor,
-    sp.ceiling: jnp.ceil,
-    sp.sign: jnp.sign,
+    sp.tanh: lax.tanh,
+    sp.floor: lax.floor,
+    sp.ceiling: lax.ceil,
+    sp.sign: lax.sign,
 }
 
 _RELATIONS = {
@@ -45,17 +49,32 @@ _RELATIONS = {
 }
 
 
+def _is_jax(*values) -> bool:
+    return any(not isinstance(v, (int, float)) for v in values)
+
+
+def _add(a, b):
+    return lax.add(a, b) if _is_jax(a, b) else a + b
+
+
+def _mul(a, b):
+    return lax.mul(a, b) if _is_jax(a, b) else a * b
+
+
 def _power(base: Array, exponent: sp.Expr, env) -> Array:
     if exponent.is_number and float(exponent).is_integer() and abs(float(exponent)) <= 64:
         n = int(float(exponent))
-        return base**n if n >= 0 else 1.0 / base ** (-n)
+        if not _is_jax(base):
+            return float(base) ** n if n >= 0 or base != 0 else math.inf
+        return lax.integer_pow(base, n) if n >= 0 else lax.div(1.0, lax.integer_pow(base, -n))
     return jnp.power(base, evaluate(exponent, env))
 
 
 def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
     """The value of `expr` with each symbol looked up by name in `env` (traced arrays
-    inside `jit`). Raises `UnsupportedMath` for an operation it does not know, and
-    `KeyError` naming an undefined symbol."""
+    inside `jit`): a JAX scalar, or a Python float where `expr` holds no symbol. Raises
+    `UnsupportedMath` for an operation it does not know, and `KeyError` naming an
+    undefined symbol."""
     if isinstance(expr, sp.Symbol):
         try:
             return env[expr.name]
@@ -64,23 +83,23 @@ def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
     if expr is sp.true or expr is sp.false:
         return jnp.asarray(bool(expr))
     if expr is sp.pi:
-        return jnp.asarray(jnp.pi)
+        return math.pi
     if expr is sp.E:
-        return jnp.asarray(jnp.e)
+        return math.e
     if expr is sp.oo or expr is -sp.oo:
-        return jnp.asarray(float(expr))
+        return float(expr)
     if expr.is_Number:
-        return jnp.asarray(float(expr))
+        return float(expr)
     args = expr.args
     if isinstance(expr, sp.Add):
         out = evaluate(args[0], env)
         for a in args[1:]:
-            out = out + evaluate(a, env)
+            out = _add(out, evaluate(a, env))
         return out
     if isinstance(expr, sp.Mul):
         out = evaluate(args[0], env)
         for a in args[1:]:
-            out = out * evaluate(a, env)
+            out = _mul(out, evaluate(a, env))
         return out
     if isinstance(expr, sp.Pow):
         return _power(evaluate(args[0], env), args[1], env)
