@@ -95,8 +95,8 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
 
 
 def _solve_to_steady_state(model, integrator, theta, x0):
-    """`(x, t, f_x, regular)`: the end of the solve, polished by a Newton step where
-    `f_x` is regular, the time it ended, and `f_x` there."""
+    """`(x, t, f_x)`: the end of the solve, polished by a Newton step where `f_x` is
+    regular, the time it ended, and `f_x` there."""
     with traced_once(integrator.solver) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
@@ -390,7 +390,9 @@ def predict(
     theta = check_theta(problem, theta)
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
-        out = call_kept(_predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode())
+        out = call_kept(
+            _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode()
+        )
     if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
     ok = np.asarray(out.ok)

@@ -24,7 +24,7 @@ from ._linalg._rank import (
 )
 from ._model import AbstractModel
 from ._predict import problem_sensitivity, profile_problem
-from ._problem import Experiment, from_scale, Problem, unscale
+from ._problem import Experiment, from_scale, Problem
 from ._report_result import decades, Group, Report
 
 

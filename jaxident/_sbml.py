@@ -245,9 +245,7 @@ class SBMLModel(ODEModel):
         for tau, assignments, _ in self.events:
             solution += [tau, *(e for _, e in assignments)]
         overrides = {f(s) for s in self.overrides for f in (initial_value, initial_set)}
-        return Dependence(
-            reach(solution) | overrides, tuple(reach([o]) for o in self.observables)
-        )
+        return Dependence(reach(solution) | overrides, tuple(reach([o]) for o in self.observables))
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,11 +4,13 @@ How many samples run side by side (one `vmap`) is chosen per backend: every lane
 vmapped adaptive solve steps until the slowest lane ends, which costs nothing extra
 where lanes run in parallel (a GPU: the whole chunk) but on a CPU makes the batch wait
 for its slowest sample. On a CPU the chunk is therefore mapped in groups of
-`CPU_LANES` (`jax.lax.map(..., batch_size=CPU_LANES)`): measured on Boehm, Fujita,
-Schwen and Zheng (sensitivities, one core), 32 lanes cost per sample 1.1x, 1.0x, 0.86x
-and 1.0x of the best of 1-256 lanes, and 0.34, 0.31, 0.47 and 0.72 of a single call;
-256 lanes cost Schwen 17% more (its conditions' step counts vary most between
-samples), one lane (no vmap) 2-3x more than 32 on all but Zheng.
+`CPU_LANES` (`jax.lax.map(..., batch_size=CPU_LANES)`). Measured with sensitivities of
+the PEtab problems Boehm, Fujita, Schwen and Zheng (1,000 samples, one core,
+`benchmarks/bench_petab.py`): 32 lanes cost per sample 1.08x, 1.0x, 1.0x and 1.0x of
+the best of 1, 32 and 256 lanes, and 0.39, 0.33, 0.59 and 0.44 of a single call; 256
+lanes cost Schwen 1.2x and Zheng 1.6x as much (their step counts vary most between
+samples), one lane (no vmap) 2-3x. Spreading a chunk over forced host devices, one per
+core, was slower on two cores (Fujita, 37 ms a sample against 25.6 ms on one device).
 """
 
 import collections
@@ -116,10 +118,15 @@ CPU_LANES = 32
 
 def _lanes(vmap_size, platform: str, per_device: int) -> int:
     """Samples vmapped side by side on each device: `vmap_size`, or the backend's rule
-    (module docstring), at most the device's share of a chunk."""
-    if vmap_size is None:
-        vmap_size = CPU_LANES if platform == "cpu" else per_device
-    return max(1, min(int(vmap_size), per_device))
+    (module docstring), at most the device's share of a chunk. The rule takes the
+    largest divisor of the share up to `CPU_LANES` where there is one above half of
+    it: a remainder would be a second vmap, compiled apart."""
+    if vmap_size is not None:
+        return max(1, min(int(vmap_size), per_device))
+    if platform != "cpu" or per_device <= CPU_LANES:
+        return per_device
+    divisor = max(d for d in range(1, CPU_LANES + 1) if per_device % d == 0)
+    return divisor if 2 * divisor > CPU_LANES else CPU_LANES
 
 
 def _signature(x) -> tuple:

@@ -61,7 +61,11 @@ def test_experiments_of_different_cost_as_if_solved_one_by_one():
     problem = _problem(experiments)
     assert problem.columns == ((0, 1, 2), (0, 1, 3, 4))
     steps = [
-        int(ji.simulate(Spiral(), {"w": w, "c": 0.3, "a": 2.0, "s": 1.0, "o": 0.0}, e.times).num_steps)
+        int(
+            ji.simulate(
+                Spiral(), {"w": w, "c": 0.3, "a": 2.0, "s": 1.0, "o": 0.0}, e.times
+            ).num_steps
+        )
         for w, e in zip((0.05, 100.0), experiments)
     ]
     assert steps[1] > 100 * steps[0], steps
@@ -79,7 +83,9 @@ def test_experiments_of_different_cost_as_if_solved_one_by_one():
         )
     # the closed form: y = s a exp(-c t) cos(w t) + o, theta = (log10 c, log a, s, s, o)
     c, a = 0.3, 2.0
-    for e, (w, s, o, sigma, which) in enumerate(((0.05, 1.5, 0.0, 0.1, 2), (100.0, 0.5, 0.1, 0.2, 3))):
+    for e, (w, s, o, sigma, which) in enumerate(
+        ((0.05, 1.5, 0.0, 0.1, 2), (100.0, 0.5, 0.1, 0.2, 3))
+    ):
         t = experiments[e].times
         x1 = a * np.exp(-c * t) * np.cos(w * t)
         ref = np.zeros((t.size, 5))
@@ -119,7 +125,10 @@ def test_only_the_columns_an_experiment_depends_on(tmp_path, monkeypatch):
         "observableId\tobservableFormula\tnoiseFormula\n"
         "obs_X\tobservableParameter1_obs_X * X\tnoiseParameter1_obs_X\n"
     )
-    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters\tnoiseParameters\n"
+    meas = (
+        "observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters\t"
+        "noiseParameters\n"
+    )
     for c, s in (("c0", "s0"), ("c1", "s1")):
         meas += "".join(f"obs_X\t{c}\t1.0\t{t}\t{s}\t0.1\n" for t in (0.5, 1.0, 2.0, 3.0))
     conds = "conditionId\tconditionName\nc0\tc0\nc1\tc1\n"
