@@ -217,8 +217,8 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
         except Exception:  # a damaged or foreign entry: load anew
             pass
         else:
-            for w in caught:
-                warnings.warn(w, stacklevel=2)
+            for text, category in caught:
+                warnings.warn(text, category, stacklevel=2)
             return problem
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -226,8 +226,8 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if file is not None:
-        mine = [str(w.message) for w in caught if w.filename == __file__]
-        _exported.write_atomic(file, pickle.dumps((problem, mine)))
+        said = [(str(w.message), w.category) for w in caught]
+        _exported.write_atomic(file, pickle.dumps((problem, said)))
     return problem
 
 

@@ -472,3 +472,36 @@ def test_a_negative_noise_is_an_error(tmp_path):
         ValueError, match="sigma = -.*'obs_X' at t = 3 in experiment 'c0'.*positive"
     ):
         ji.predict(problem)
+
+
+def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
+    """With a cache folder, a second load of the same files takes the kept problem (no
+    parsing, no linter), the same problem and the same warnings; a changed file, or
+    other arguments, load anew."""
+    import jaxident._exported as exported
+    import jaxident.petab as jp
+    from helpers import write_petab
+
+    monkeypatch.setattr(exported, "cache_folder", lambda name: tmp_path / "cache" / name)
+    meas = _MEAS + _ROWS + "obs_X\tc0\tNaN\t3.0\t0.1\n"
+    path = write_petab(tmp_path / "p", measurements=meas)
+    with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
+        first = ji.petab.load(path, allow_missing=True)
+    assert len(list((tmp_path / "cache" / "jaxident-problems").iterdir())) == 1
+
+    def refuse(*args):
+        raise AssertionError("loaded anew")
+
+    with monkeypatch.context() as m:
+        m.setattr(jp, "_load", refuse)
+        with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
+            again = ji.petab.load(path, allow_missing=True)
+        with pytest.raises(AssertionError, match="loaded anew"):
+            ji.petab.load(path, allow_missing=True, name="other")
+    assert again.columns == first.columns and again.experiment_names == first.experiment_names
+    np.testing.assert_array_equal(np.asarray(again.data), np.asarray(first.data))
+    assert float(ji.predict(again).log_likelihood) == float(ji.predict(first).log_likelihood)
+    # a changed table: loaded anew, with its own values
+    (path.parent / "measurements.tsv").write_text(meas.replace("1.2\t1.0", "1.3\t1.0"))
+    changed = ji.petab.load(path, allow_missing=True)
+    assert float(np.nanmax(np.asarray(changed.data))) == 1.3

@@ -88,3 +88,16 @@ def test_sweep_bad_input():
         ji.sweep(jnp.sin, jnp.ones(3), batch_size=0, progress=False)
     with pytest.raises(ValueError, match="leading"):
         ji.sweep(lambda t: t[0], (jnp.ones(3), jnp.ones(4)), progress=False)
+
+
+def test_lanes_per_backend():
+    """The backend's rule for samples side by side: the whole share on a GPU; on a CPU
+    32, or the largest divisor of the share from 17 to 32 (no remainder compiled apart);
+    a given `vmap_size` at most the share."""
+    from jaxident._sweep import _lanes
+
+    assert _lanes(None, "gpu", 256) == 256
+    assert _lanes(None, "cpu", 256) == 32 and _lanes(None, "cpu", 1000) == 25
+    assert _lanes(None, "cpu", 997) == 32  # a prime: a remainder it is
+    assert _lanes(None, "cpu", 10) == 10
+    assert _lanes(3, "cpu", 10) == 3 and _lanes(64, "cpu", 10) == 10
