@@ -90,8 +90,12 @@ class Parameters(eqx.Module):
                         f"Nominal value 0 for {zero}: the default box nominal * (1 -/+ rel) "
                         "is empty there. Give lower and upper bounds."
                     )
-            a, b = nominal * (1 - rel), nominal * (1 + rel)
-            lower, upper = jnp.minimum(a, b), jnp.maximum(a, b)
+            # in NumPy where the values are concrete (a model defined at import: no
+            # small programs to compile)
+            xp = np if _is_concrete(nominal) else jnp
+            nom = np.asarray(nominal) if xp is np else nominal
+            a, b = nom * (1 - rel), nom * (1 + rel)
+            lower, upper = xp.minimum(a, b), xp.maximum(a, b)
         lower = jnp.asarray(lower, dtype=float)
         upper = jnp.asarray(upper, dtype=float)
         for what, arr in [("nominal", nominal), ("lower", lower), ("upper", upper)]:

@@ -10,8 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
+from helpers import write_petab
 
 import jaxident as ji
+import jaxident._exported as exported
 from jaxident._predict import _directions
 
 
@@ -226,7 +228,6 @@ def test_switching_time_parameter_gets_its_sensitivity(tmp_path):
     column is the jump condition's (not zero, as a `where` in `time` alone gives), and
     the sensitivities agree with central differences of the residuals and of the
     log-likelihood of a tight solve."""
-    from helpers import write_petab
 
     problem = ji.petab.load(write_petab(tmp_path / "switch"))
     assert [str(e) for e in problem.model.switches] == ["t_on"]
@@ -304,7 +305,6 @@ def test_bad_petab_files_are_refused_with_the_reason(tmp_path, tables, match):
     for an empty noise override, a new default condition for an unknown id, a parameter
     fixed for estimate = 2, ...) are refused with its findings; what it lets through
     and the import cannot use names the table, row and column."""
-    from helpers import write_petab
 
     tables = dict(tables)
     yaml_text = tables.pop("yaml", None)
@@ -323,7 +323,6 @@ def test_petab_defaults_and_missing_data(tmp_path):
     """An empty `observableTransformation` cell is PEtab's default `lin`, a number
     written as text in the condition table is that number, and NaN measurements are
     missing data when asked for (with a warning naming the rows)."""
-    from helpers import write_petab
 
     obs = "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\n"
     obs += "obs_X\tX * scale\tnoiseParameter1_obs_X\t\n"
@@ -359,7 +358,6 @@ def test_steady_state_measurements(tmp_path):
     input never switched off, `X' = a - k X` settles at `a/k`, and the sensitivities
     there are the closed form's (`d(a/k)/dlog10 k = -ln(10) a/k`); the finite-time
     rows of the same condition are unchanged."""
-    from helpers import write_petab
 
     pars = (
         "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
@@ -398,7 +396,6 @@ def test_sbml_event_dose_against_the_closed_form(tmp_path):
     and the sensitivities to `k`, `a`, `D` and the event time `t_dose` (the jump
     condition), against the closed form `a/k + (X0 - a/k) e^(-kt) + D e^(-k(t - t_d))`
     for `t >= t_d`, by central differences; the log-likelihood against petab's."""
-    from helpers import write_petab
 
     pars = (
         "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
@@ -432,7 +429,6 @@ def test_sbml_event_dose_against_the_closed_form(tmp_path):
 
 
 def _noise_problem(tmp_path, formula):
-    from helpers import write_petab
 
     obs = f"observableId\tobservableFormula\tnoiseFormula\nobs_X\tX\t{formula}\n"
     meas = "observableId\tsimulationConditionId\tmeasurement\ttime\n" + "".join(
@@ -478,9 +474,6 @@ def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
     """With a cache folder, a second load of the same files takes the kept problem (no
     parsing, no linter), the same problem and the same warnings; a changed file, or
     other arguments, load anew."""
-    import jaxident._exported as exported
-    import jaxident.petab as jp
-    from helpers import write_petab
 
     monkeypatch.setattr(exported, "cache_folder", lambda name: tmp_path / "cache" / name)
     meas = _MEAS + _ROWS + "obs_X\tc0\tNaN\t3.0\t0.1\n"
@@ -493,7 +486,7 @@ def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
         raise AssertionError("loaded anew")
 
     with monkeypatch.context() as m:
-        m.setattr(jp, "_load", refuse)
+        m.setattr(ji.petab, "_load", refuse)
         with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
             again = ji.petab.load(path, allow_missing=True)
         with pytest.raises(AssertionError, match="loaded anew"):

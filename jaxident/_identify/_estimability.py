@@ -115,6 +115,11 @@ def _combos(n_w: int, nullity: int, candidates: Sequence[int]) -> np.ndarray:
     )
 
 
+# every point's scores as one compiled call (on the host, each operation would be
+# compiled on its own)
+_all_pivot_scores = jax.jit(jax.vmap(_pivot_scores, in_axes=(0, None)))
+
+
 def best_pivots(VBs, nullity: int, candidates: Sequence[int]) -> np.ndarray:
     """The `nullity` pivot rows for null bases `VBs` (`(m, n_w, nullity)`, one per point):
     every candidate set scored by the median over the points of `sigma_min(V_B1)` where
@@ -130,7 +135,7 @@ def best_pivots(VBs, nullity: int, candidates: Sequence[int]) -> np.ndarray:
         perm = sl.qr(rows.T, pivoting=True, mode="r")[1]
         return np.sort(np.asarray(candidates)[perm[:nullity]])
     combos = jnp.asarray(_combos(len(candidates), nullity, candidates))
-    scores = jax.vmap(lambda vb: _pivot_scores(vb, combos))(jnp.asarray(VBs))
+    scores = _all_pivot_scores(jnp.asarray(VBs), combos)
     return np.asarray(combos)[int(np.argmax(np.median(np.asarray(scores), axis=0)))]
 
 
