@@ -21,6 +21,8 @@ simultaneous corrector of CVODES with a block-diagonal Newton matrix): the cost 
 factorization does not grow with the number of parameters.
 """
 
+from collections.abc import Callable
+
 import diffrax
 import equinox as eqx
 import jax
@@ -111,11 +113,12 @@ class _StaggeredChord(optx.AbstractRootFinder):
         return y, aux, {}
 
 
-def _staggered(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
+def _staggered(solver: diffrax.AbstractSolver, state_field: Callable) -> diffrax.AbstractSolver:
     """`solver` with its stage equations solved by the staggered chord iteration, or a
-    Rosenbrock method told that the state is `(z, Z)`."""
+    Rosenbrock method told that the state is `(z, Z)` with `state_field(t, z, args)` the
+    right-hand side of `z`."""
     if isinstance(solver, Rodas4):
-        return Rodas4(augmented=True)
+        return Rodas4(augmented=True, state_field=state_field)
     if getattr(solver, "root_finder", None) is None:
         return solver
     finder = diffrax.with_stepsize_controller_tols(_StaggeredChord)()
@@ -268,7 +271,8 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
     def run(t0, t1, y_start, ts):
-        with traced_once(_staggered(integrator.solver)) as solver:
+        state_field = lambda t, z, args: f(t, z, args[0])
+        with traced_once(_staggered(integrator.solver, state_field)) as solver:
             return diffrax.diffeqsolve(
                 diffrax.ODETerm(vf),
                 solver,
