@@ -198,9 +198,8 @@ def _model_theta(problem: Problem, theta: Array, source, constant):
     return th, M
 
 
-def _experiment_model(problem: Problem, integrator: Integrator):
-    if problem.pre_source is None:
-        return problem.model
+def _preequilibrated_model(problem: Problem, integrator: Integrator):
+    """The model of the pre-equilibrated experiments: parameters `(own, pre)`."""
     inner = problem.model
     names = inner.parameters.names
     both = Parameters(
@@ -221,6 +220,15 @@ def _directions(problem: Problem, theta: Array):
     return th, M
 
 
+def _own(model, args):
+    """An experiment's `(theta, directions, times)` for `model`: a model that is not
+    pre-equilibrated takes the first half of a pre-equilibrated problem's parameter
+    vector (its own condition's)."""
+    th_e, M_e, times = args
+    p = model.parameters.p
+    return th_e[:p], M_e[:p], times
+
+
 def _padded_columns(problem: Problem) -> np.ndarray | None:
     """`(e, k)`: each experiment's sensitivity columns (`problem.columns`), padded to the
     longest with `q` (a column of zeros); `None` where every experiment needs all."""
@@ -231,15 +239,15 @@ def _padded_columns(problem: Problem) -> np.ndarray | None:
     return np.asarray([(*c, *(q,) * (k - len(c))) for c in problem.columns], dtype=np.int32)
 
 
-def _in_turn(steady: tuple[bool, ...], fns, xs):
-    """`fns[0]` (transient) or `fns[1]` (steady-state measurements) of each experiment's
-    slice of `xs`, one experiment after another (`jax.lax.map`), so that none steps in
-    lockstep with a slower one, as it would in a `vmap`; each kind is compiled once. The
-    results come back in the experiments' order."""
-    kinds = np.asarray(steady)
+def _in_turn(kinds: tuple[int, ...], fns, xs):
+    """`fns[kinds[i]]` of experiment i's slice of `xs`, one experiment after another
+    (`jax.lax.map`), so that none steps in lockstep with a slower one, as it would in a
+    `vmap`; each kind is compiled once. The results come back in the experiments'
+    order."""
+    kinds = np.asarray(kinds)
     parts = []
-    for flag, fn in zip((False, True), fns):
-        idx = np.flatnonzero(kinds == flag)
+    for kind, fn in enumerate(fns):
+        idx = np.flatnonzero(kinds == kind)
         if idx.size == 0:
             continue
         sub = xs if idx.size == kinds.size else jax.tree.map(lambda a, i=idx: a[i], xs)
@@ -292,7 +300,8 @@ def _predict(
     takes Jacobians by `jax.jacfwd`. `error_mode` (equinox's, see `on_error_mode`) only
     keys the compilation cache: called from the host the kernel is compiled with the
     libraries' checks as NaN (no host callbacks; its `ok` flags report failures)."""
-    model = _experiment_model(problem, integrator)
+    plain = problem.model
+    pre = None if problem.pre_source is None else _preequilibrated_model(problem, integrator)
     th, M = _directions(problem, theta)
     m = problem.n_observables
     cols = _padded_columns(problem)
@@ -301,22 +310,34 @@ def _predict(
         M = jnp.concatenate([M, jnp.zeros_like(M[..., :1])], axis=-1)
         M = jnp.take_along_axis(M, jnp.asarray(cols)[:, None, :], axis=-1)
 
-    def transient(args):
-        th_e, M_e, times = args
-        if jacobian:
-            y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
-            Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
-        else:
-            solved = solve(model, th_e, times, integrator, adjoint)
-            y, Y = solved.ys, None
-        return y.reshape(times.shape[0], -1), Y, solved.ok, solved.num_steps
+    def transient(model):
+        def run(args):
+            th_e, M_e, times = _own(model, args)
+            if jacobian:
+                y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
+                Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
+            else:
+                solved = solve(model, th_e, times, integrator, adjoint)
+                y, Y = solved.ys, None
+            return y.reshape(times.shape[0], -1), Y, solved.ok, solved.num_steps
 
-    def steady(args):
-        th_e, M_e, times = args
-        y, Y, ok = _at_steady_state(model, th_e, M_e, times.shape[0], integrator, jacobian)
-        return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
+        return run
 
-    y, Y, ok, steps = _in_turn(problem.steady, (transient, steady), (th, M, problem.times))
+    def steady(model):
+        def run(args):
+            th_e, M_e, times = _own(model, args)
+            n = times.shape[0]
+            y, Y, ok = _at_steady_state(model, th_e, M_e, n, integrator, jacobian)
+            return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
+
+        return run
+
+    # kinds: (plain, pre-equilibrated) x (transient, steady-state measurements)
+    fns = [transient(plain), steady(plain)]
+    if pre is not None:
+        fns += [transient(pre), steady(pre)]
+    kinds = tuple(2 * p + s for p, s in zip(problem.preequilibrated, problem.steady))
+    y, Y, ok, steps = _in_turn(kinds, fns, (th, M, problem.times))
     if jacobian and cols is not None:
         q = theta.shape[0]
         Yt = jnp.moveaxis(Y, -1, 1)  # (e, columns, n, outputs)

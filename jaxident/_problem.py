@@ -70,6 +70,11 @@ class Experiment(eqx.Module):
       parameter at that value here (an input, a dose, a known initial amount), a string
       maps it to a parameter of the problem (e.g. a scale factor per experiment).
     - `name`: a label.
+    - `preequilibration`: a condition like `condition` under which the model is first
+      brought to steady state from its initial state (PEtab's
+      `preequilibrationConditionId`): the experiment starts there (a state its
+      `condition` sets starts from that value). `None`: from the initial state. The
+      experiments of one problem may mix both.
     """
 
     times: Float[np.ndarray, " n"]
@@ -172,6 +177,7 @@ class Problem(eqx.Module):
     source: tuple = eqx.field(static=True)
     constant: Float[Array, "e pm"]
     pre_source: tuple | None = eqx.field(static=True)
+    preequilibrated: tuple[bool, ...] = eqx.field(static=True)
     steady: tuple[bool, ...] = eqx.field(static=True)
     columns: tuple[tuple[int, ...], ...] = eqx.field(static=True)
     pre_constant: Float[Array, "e pm"] | None
@@ -267,15 +273,12 @@ class Problem(eqx.Module):
         self.data = jnp.asarray(np.stack(data))
         self.sigma = jnp.asarray(np.stack(sigma))
         self.observed = jnp.asarray(np.stack(observed))
-        pre = [e.preequilibration is not None for e in experiments]
-        if any(pre) and not all(pre):
-            raise ValueError(
-                "Either every experiment is pre-equilibrated or none is (a mix is not "
-                "supported yet)."
-            )
+        self.preequilibrated = tuple(e.preequilibration is not None for e in experiments)
         src, const = _mapping(model, params, experiments, "condition")
         self.source, self.constant = src, jnp.asarray(const)
-        if all(pre):
+        if any(self.preequilibrated):
+            # (an experiment without a pre-equilibration maps the model's parameters by
+            # name there, which no solve reads)
             src, const = _mapping(model, params, experiments, "preequilibration")
             self.pre_source, self.pre_constant = src, jnp.asarray(const)
         else:
@@ -283,8 +286,11 @@ class Problem(eqx.Module):
         self.experiment_names = tuple(
             e.name or f"experiment {i}" for i, e in enumerate(experiments)
         )
+        pre_source = self.pre_source and tuple(
+            src if flag else () for src, flag in zip(self.pre_source, self.preequilibrated)
+        )
         self.columns = _columns(
-            model, self.source, self.pre_source, np.stack(observed), self.noise_outputs
+            model, self.source, pre_source, np.stack(observed), self.noise_outputs
         )
         self.name = name
 

@@ -12,7 +12,7 @@ observable and noise parameter overrides (numbers or parameter ids; where they c
 between time points, the condition's rows become several experiments); conditions
 that set parameters, compartment sizes or the initial values of species and rate-rule
 states (numbers or parameter ids; NaN keeps the model's or the pre-equilibrated
-value); pre-equilibration to a steady state (for all conditions or none); measurements
+value); pre-equilibration to a steady state (for some conditions or all); measurements
 at time `inf`, at the steady state the condition reaches (an experiment of their
 own); parameters on lin, log and log10 scales. Estimated parameters that only enter
 the noise model (`sd_*`, `sigma`) are held at their nominal values and listed as

@@ -391,6 +391,43 @@ def test_steady_state_measurements(tmp_path):
     np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
 
 
+def test_pre_equilibrated_and_plain_conditions_mix(tmp_path):
+    """Measurements of condition c0 with and without a pre-equilibration under `cpre`
+    (input `a = 1`): the plain rows start from `X(0) = 0.5`, the others from the steady
+    state `1/k` (`a` is `a_main` in c0); both against the closed form `a/k + (X_a - a/k) e^(-kt)`, and the
+    log-likelihood against petab's."""
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na_main\tlog10\t0.01\t10\t2.0\t1\n"
+        "t_on\tlin\t0\t2e9\t1e9\t0\n"
+    )
+    meas = (
+        "observableId\tpreequilibrationConditionId\tsimulationConditionId\tmeasurement\ttime\t"
+        "noiseParameters\n"
+        + "".join(f"obs_X\t\tc0\t{v}\t{t}\t0.1\n" for t, v in ((1.0, 1.2), (2.0, 1.0)))
+        + "".join(f"obs_X\tcpre\tc0\t{v}\t{t}\t0.1\n" for t, v in ((1.0, 2.0), (3.0, 2.5)))
+    )
+    conds = "conditionId\tconditionName\ta\nc0\tc0\ta_main\ncpre\tcpre\t1.0\n"
+    path = write_petab(tmp_path / "mix", parameters=pars, measurements=meas, conditions=conds)
+    problem = ji.petab.load(path)
+    assert problem.experiment_names == ("c0", "cpre->c0")
+    assert problem.preequilibrated == (False, True)
+    k, a = 0.7, 2.0
+    x = lambda x_a, t: a / k + (x_a - a / k) * np.exp(-k * t)
+    pred = ji.predict(problem)
+    out = np.asarray(pred.outputs)[..., 0]
+    np.testing.assert_allclose(out[0], x(0.5, np.array([1.0, 2.0])), rtol=1e-6)
+    np.testing.assert_allclose(out[1], x(1.0 / k, np.array([1.0, 3.0])), rtol=1e-6)
+    petab_problem = petab.Problem.from_yaml(str(path))
+    llh = petab.calculate_llh(
+        petab_problem.measurement_df,
+        ji.petab.simulation_table(problem, pred),
+        petab_problem.observable_df,
+        petab_problem.parameter_df,
+    )
+    np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+
+
 def test_sbml_event_dose_against_the_closed_form(tmp_path):
     """An SBML event `X = X + D` at `time >= t_dose` (both estimated): the outputs,
     and the sensitivities to `k`, `a`, `D` and the event time `t_dose` (the jump

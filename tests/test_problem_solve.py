@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import write_petab
 
 import jaxident as ji
 import jaxident._predict as predict_module
@@ -114,8 +115,6 @@ def test_only_the_columns_an_experiment_depends_on(tmp_path, monkeypatch):
     scale), and the matrix is the one with every column integrated, to the
     integrator's accuracy; a model without a declared dependence integrates every
     column."""
-    from helpers import write_petab
-
     pars = (
         "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
         "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0.1\t3.5\t1.3\t0\n"
@@ -169,3 +168,81 @@ class WrongDependence(ji.ODEModel):
 def test_a_wrong_dependence_declaration_is_refused():
     with pytest.raises(ValueError, match="gives 0 output sets for 1 outputs"):
         ji.Problem(WrongDependence(), ji.Experiment([1.0, 2.0]))
+
+
+class Inflow(ji.ODEModel):
+    """`x' = k_in - k_out x`, `x(0) = x0`, `y = s x`: from `x_a` the state reaches
+    `x_a e^{-k_out t} + (k_in / k_out)(1 - e^{-k_out t})`, and its steady state is
+    `k_in / k_out`."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k_in", "k_out", "x0", "s"], [1.0, 0.5, 0.2, 1.0], [0.0] * 4, [99.0] * 4
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 4.0, 8))
+    t0: float = 0.0
+    integrator = ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12)
+
+    def vector_field(self, t, x, th):
+        return jnp.stack([th.k_in - th.k_out * x[0]])
+
+    def initial_state(self, th):
+        return jnp.stack([th.x0])
+
+    def output(self, t, x, th):
+        return th.s * x[0]
+
+
+def _reached(x_a, k_in, k_out, t):
+    """`Inflow`'s state at `t` from `x_a`."""
+    return x_a * jnp.exp(-k_out * t) + k_in / k_out * (1 - jnp.exp(-k_out * t))
+
+
+def test_pre_equilibrated_and_plain_experiments_mix():
+    """One problem with a pre-equilibrated experiment (its own inflow `k_pre` first), a
+    plain one (inflow `2 k_in`, from `x0`) and a steady-state measurement of the plain
+    model: outputs and Jacobian against the closed form (on log scales), and against
+    each experiment solved alone; under jit and vmap the same numbers."""
+    t = np.linspace(0.5, 4.0, 8)
+    experiments = [
+        ji.Experiment(t, sigma=0.1, preequilibration={"k_in": "k_pre"}, name="pre"),
+        ji.Experiment(t[:5], sigma=0.2, condition={"k_in": 2.0 * 1.3}, name="plain"),
+        ji.Experiment([np.inf], sigma=0.1, name="steady"),
+    ]
+    params = ji.Parameters(["k_in", "k_out", "x0", "s", "k_pre"], [1.3, 0.4, 0.2, 1.5, 0.6])
+    scales = {n: "log" for n in params.names}
+    problem = ji.Problem(Inflow(), experiments, params, scales=scales)
+    assert problem.preequilibrated == (True, False, False)
+    names = problem.parameters.names
+    # (no declared dependence: every parameter mapped in, the plain experiment's fixed
+    # k_in and the pre-equilibration's k_pre not)
+    assert [[names[j] for j in c] for c in problem.columns] == [
+        ["k_in", "k_out", "x0", "s", "k_pre"],
+        ["k_out", "x0", "s"],
+        ["k_in", "k_out", "x0", "s"],
+    ]
+    theta = jnp.asarray(problem.parameters.nominal)
+    pred = ji.predict(problem, theta, jacobian=True)
+
+    def closed(th_log):
+        k_in, k_out, x0, s, k_pre = jnp.exp(th_log)
+        pre = s * _reached(k_pre / k_out, k_in, k_out, jnp.asarray(t))
+        plain = s * _reached(x0, 2.0 * 1.3, k_out, jnp.asarray(t[:5]))
+        return pre, plain, s * k_in / k_out
+
+    ref = closed(theta)
+    jac = jax.jacfwd(closed)(theta)
+    out, J = np.asarray(pred.outputs)[..., 0], np.asarray(pred.jacobian)[..., 0, :]
+    for e, (n, sigma) in enumerate(((8, 0.1), (5, 0.2), (1, 0.1))):
+        np.testing.assert_allclose(out[e, :n], np.atleast_1d(ref[e]), rtol=1e-8)
+        np.testing.assert_allclose(J[e, :n], np.atleast_2d(jac[e]) / sigma, rtol=1e-7, atol=1e-9)
+    for e, exp in enumerate(experiments):
+        alone = ji.predict(ji.Problem(Inflow(), [exp], params, scales=scales), theta, jacobian=True)
+        n = exp.times.size
+        np.testing.assert_allclose(
+            np.asarray(pred.jacobian)[e, :n], np.asarray(alone.jacobian)[0], rtol=1e-10, atol=1e-14
+        )
+    thetas = jnp.stack([theta, theta + 0.05])
+    batched = jax.jit(jax.vmap(lambda th: ji.predict(problem, th, jacobian=True).jacobian))(thetas)
+    for i in range(2):
+        one = ji.predict(problem, thetas[i], jacobian=True).jacobian
+        np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(one), rtol=1e-10, atol=1e-14)
