@@ -22,7 +22,7 @@ from ._parameters import Parameters, ParameterValues
 from ._problem import Problem, unscale
 from ._rosenbrock import traced_once
 from ._sensitivity import Sensitivity
-from ._simulate import solve
+from ._simulate import simulate, solve
 from ._solvers import LevenbergMarquardt
 
 
@@ -83,7 +83,9 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
     """The steady state the model reaches from `x0` (NaN where the solve fails): the
     solve runs until `f(x)` is small against the integrator's tolerances (diffrax's
     `steady_state_event`), and where `f_x` there is regular (`sigma_min > 1e-10
-    sigma_max`) one Newton step polishes it.
+    sigma_max`) one Newton step polishes it. Where it is singular, its left null vectors
+    must be conservation laws (below), else the solve has stopped on a drift that no
+    steady state ends (`x' = k`, once `k` is small against `rtol |x|`): NaN.
 
     Its derivatives are the implicit function theorem's, never those of the solve:
     `f_x dx = -f_theta dtheta`, and where `f_x` is singular because the model conserves
@@ -96,7 +98,8 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
 
 def _solve_to_steady_state(model, integrator, theta, x0):
     """`(x, t, f_x)`: the end of the solve, polished by a Newton step where `f_x` is
-    regular, the time it ended, and `f_x` there."""
+    regular (NaN where it is singular without conservation laws to explain it), the
+    time it ended, and `f_x` there."""
     with traced_once(integrator.solver) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
@@ -119,11 +122,18 @@ def _solve_to_steady_state(model, integrator, theta, x0):
     J = jax.jacfwd(lambda xx: jnp.ravel(model.vector_field(t, xx, theta)))(x)
     J = J.reshape(x.size, x.size)
     finite = jnp.all(jnp.isfinite(J))
-    sv = jnp.linalg.svd(jnp.where(finite, J, 0.0), compute_uv=False)
+    U, sv, _ = jnp.linalg.svd(jnp.where(finite, J, 0.0))
     regular = finite & (sv[-1] > 1e-10 * sv[0])
     f = jnp.ravel(model.vector_field(t, x, theta))
     step = jnp.linalg.solve(jnp.where(regular, J, jnp.eye(x.size, dtype=J.dtype)), f)
-    return jnp.where(regular, x - step.reshape(x.shape), x), t, J
+    # Where f_x is singular, each left null vector c must be a conservation law (c^T f = 0
+    # from the start), else the solve stopped on a slow drift (x' = k: f is small only
+    # relative to a huge x), not at a steady state.
+    conserved = jnp.where((sv <= 1e-10 * sv[0])[:, None], U.T, 0.0)
+    f0 = jnp.ravel(model.vector_field(jnp.asarray(model.t0, x.dtype), x0, theta))
+    drift = jnp.linalg.norm(conserved @ f0) > 1e-8 * jnp.linalg.norm(f0)
+    x = jnp.where(regular, x - step.reshape(x.shape), jnp.where(drift, jnp.nan, x))
+    return x, t, J
 
 
 @eqx.filter_custom_jvp
@@ -443,11 +453,48 @@ def predict(
                     "or take them out of the error test: ji.Integrator(..., sensitivity="
                     "ji.SensitivityEquations(error_control=False)), or raise max_steps."
                 )
+        first = int(np.flatnonzero(~ok)[0])
+        more = f" (and in {bad[1:]})" if len(bad) > 1 else ""
         raise RuntimeError(
-            f"The solve failed (or gave non-finite values) in {bad}: try a stiff solver, "
-            "looser tolerances or more max_steps (ji.Integrator)."
+            f"The solve of experiment {bad[0]!r} failed{more}: "
+            f"{_why_failed(problem, theta, integrator, first)}"
         )
     return out
+
+
+def _why_failed(problem: Problem, theta: Array, integrator: Integrator, e: int) -> str:
+    """Why experiment `e`'s plain solve failed, from its model alone (host side, on the
+    error path): its pre-equilibration's steady state, or the solver's reason and where
+    it stopped (`ji.simulate`'s message)."""
+    inner = problem.model
+    p = inner.parameters.p
+    th_e = _directions(problem, theta)[0][e]
+    if problem.preequilibrated[e]:
+        pre = inner.parameters.view(th_e[p:])
+        x = eqx.filter_jit(steady_state)(inner, pre, inner.initial_state(pre), integrator)
+        if not np.all(np.isfinite(np.asarray(x))):
+            return (
+                "its pre-equilibration reached no steady state (the solve to it failed or "
+                f"did not settle within max_steps = {integrator.max_steps}). Check the "
+                "pre-equilibration condition's parameters, or raise max_steps."
+            )
+        model = _preequilibrated_model(problem, integrator)
+    else:
+        model, th_e = inner, th_e[:p]
+    if problem.steady[e]:
+        return (
+            "the model reaches no steady state from there (the solve to it failed or did "
+            f"not settle within max_steps = {integrator.max_steps})."
+        )
+    times = np.unique(np.asarray(problem.times[e]))
+    try:
+        simulate(model, th_e, times, integrator=integrator)
+    except Exception as err:  # the solver's own reason, and where it stopped
+        return str(err).replace(type(model).__name__, type(inner).__name__, 1)
+    return (
+        "the outputs are NaN or inf (the states are finite: check the observable and "
+        "noise formulas at these parameter values)."
+    )
 
 
 def problem_sensitivity(

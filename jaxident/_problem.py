@@ -22,7 +22,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._checks import check_model, n_outputs
 from ._measurements import MeasurementError
-from ._model import AbstractModel
+from ._model import AbstractModel, AlgebraicModel
 from ._parameters import Parameters
 
 
@@ -243,8 +243,14 @@ class Problem(eqx.Module):
             raise ValueError(f"Unknown observable transformations or distributions: {bad}.")
         T = max(e.times.size for e in experiments)
         times, data, sigma, observed = [], [], [], []
+        t0 = -np.inf if isinstance(model, AlgebraicModel) else float(model.t0)
         for e in experiments:
             n = e.times.size
+            if e.times[0] < t0:
+                raise ValueError(
+                    f"experiment {e.name!r} measures at t = {e.times[0]:g}, before the "
+                    f"model starts (t0 = {t0:g}): give times from t0 on."
+                )
             d = np.full((n, m), np.nan) if e.data is None else e.data
             if d.shape[1] != m:
                 raise ValueError(

@@ -406,6 +406,11 @@ def sbml_model(
             rules[cid] = ia[cid]
         else:
             names[cid] = _value(c, "compartment", path)
+            if not names[cid] > 0 and any(x.getCompartment() == cid for x in m.getListOfSpecies()):
+                raise ValueError(
+                    f"{path}: compartment {cid!r} has size {names[cid]:g}: the concentrations "
+                    "of the species in it are undefined. Give it a positive size."
+                )
     for p in m.getListOfParameters():
         pid = p.getId()
         if pid in assigned:

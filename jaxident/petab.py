@@ -331,6 +331,7 @@ def _load(yaml_path: str, name, allow_missing):
     _, sbml = read_sbml(sbml_path)
     sbml_ids = {x.getId() for x in [*sbml.getListOfParameters(), *sbml.getListOfCompartments()]}
     species_ids = {s.getId() for s in sbml.getListOfSpecies()}
+    compartment_ids = {c.getId() for c in sbml.getListOfCompartments()}
     other_refs |= sbml_ids
     noise_only = tuple(p for p in par_df.index[est] if p in noise_refs and p not in other_refs)
     estimated = [p for p in par_df.index[est] if p not in noise_only]
@@ -400,6 +401,12 @@ def _load(yaml_path: str, name, allow_missing):
                 out[initial_value(c)], out[initial_set(c)] = resolve(v), 1.0
             else:
                 out[c] = resolve(v)
+                if c in compartment_ids and isinstance(out[c], float) and not out[c] > 0:
+                    raise ValueError(
+                        f"{yaml_path}: the condition table sets compartment {c!r} to "
+                        f"{out[c]:g} in condition {cid!r}: a compartment's size must be "
+                        "positive."
+                    )
         for p in model.parameters.names:
             if p not in out and p in par_df.index:
                 out[p] = resolve(p)

@@ -330,6 +330,45 @@ def test_nan_in_the_vector_field_says_so_with_the_time():
     assert not bool(traj.ok) and int(traj.num_steps) < 1000
 
 
+class _BlowUp(_Decay):
+    """`x' = k x^2` from `x0 = 2`: infinite at `t = 1 / (k x0) = 1`."""
+
+    def vector_field(self, t, x, theta):
+        return theta.k * x**2
+
+
+class _Drift(_Decay):
+    """`x' = k`: no steady state, though `f` becomes small against `rtol |x|`."""
+
+    def vector_field(self, t, x, theta):
+        return theta.k * jnp.ones_like(x)
+
+
+def test_a_failed_solve_of_a_problem_says_why_and_where():
+    """`predict` and `problem_sensitivity` name the experiment, the solver's reason
+    (a blow-up, a pre-equilibration that blows up or drifts without end) and where it
+    stopped, instead
+    of advising a stiff solver; times before t0 are refused up front."""
+    t = np.linspace(0.5, 4.0, 8)
+    problem = ji.Problem(
+        _BlowUp(), [ji.Experiment(t[:2], name="early"), ji.Experiment(t, name="late")]
+    )
+    msg = r"experiment 'late' failed: .*blows up in finite time.*stopped at t = 1\.0"
+    for fn in (ji.predict, ji.problem_sensitivity):
+        with pytest.raises(RuntimeError, match=msg):
+            fn(problem)
+    pre = ji.Problem(_BlowUp(), ji.Experiment(t, preequilibration={"k": 0.3}, name="pre"))
+    with pytest.raises(RuntimeError, match="'pre' failed: its pre-equilibration reached no steady"):
+        ji.predict(pre)
+    drift = ji.Problem(_Drift(), ji.Experiment(t, preequilibration={"k": 0.3}, name="pre"))
+    with pytest.raises(RuntimeError, match="'pre' failed: its pre-equilibration reached no steady"):
+        ji.predict(drift)
+    with pytest.raises(
+        ValueError, match=r"'e' measures at t = -1, before the model starts \(t0 = 0\)"
+    ):
+        ji.Problem(_Decay(), ji.Experiment([-1.0, 1.0], name="e"))
+
+
 def test_nan_matrix_error_names_the_entries():
     S = np.random.default_rng(1).standard_normal((6, 3))
     S[2, 1] = np.nan

@@ -291,6 +291,10 @@ _LOG_OBS = (
         ),
         ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\tNaN\t0.1\n"}, r"rows \[4\].*'time'"),
         ({"measurements": _MEAS + _ROWS + "obs_X\tc0\t0.9\t-1\t0.1\n"}, r"rows \[4\].*before"),
+        (
+            {"conditions": "conditionId\tconditionName\tcell\nc0\tc0\t0\n"},
+            "sets compartment 'cell' to 0 in condition 'c0'.*positive",
+        ),
         ({"yaml": "format_version: 2.0.0\n"}, "PEtab v2 is not supported yet"),
         ({"yaml": ""}, "not a PEtab problem"),
         ({"parameters": ""}, "could not be read.*EmptyDataError"),
@@ -394,8 +398,8 @@ def test_steady_state_measurements(tmp_path):
 def test_pre_equilibrated_and_plain_conditions_mix(tmp_path):
     """Measurements of condition c0 with and without a pre-equilibration under `cpre`
     (input `a = 1`): the plain rows start from `X(0) = 0.5`, the others from the steady
-    state `1/k` (`a` is `a_main` in c0); both against the closed form `a/k + (X_a - a/k) e^(-kt)`, and the
-    log-likelihood against petab's."""
+    state `1/k` (`a` is `a_main` in c0); both against the closed form
+    `a/k + (X_a - a/k) e^(-kt)`, and the log-likelihood against petab's."""
     pars = (
         "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
         "k\tlog10\t0.01\t10\t0.7\t1\na_main\tlog10\t0.01\t10\t2.0\t1\n"
