@@ -64,6 +64,16 @@ def test_null_space_against_scipy():
     raw = np.asarray(ns.raw_basis())[:, np.asarray(ns.mask)]
     np.testing.assert_allclose(S @ raw, 0, atol=1e-10)
     np.testing.assert_allclose(np.linalg.norm(raw, axis=0), 1, rtol=1e-12)
+    # the papers' convention: the SVD of S as given (no scale), under jit and vmap; a
+    # new direction in a column of tiny units falls below the threshold only as given
+    S2 = np.concatenate([S, 1e-9 * rng.standard_normal((10, 1))], axis=1)
+    as_given = jax.jit(jax.vmap(lambda s: L.null_space(s, L.RelativeTolerance(1e-8), False)))
+    ns = jax.tree.map(lambda x: x[0], as_given(jnp.asarray(S2)[None]))
+    np.testing.assert_array_equal(ns.scale, np.ones(7))
+    s = np.linalg.svd(S2, compute_uv=False)
+    np.testing.assert_allclose(ns.singular_values, s, rtol=1e-10, atol=1e-12 * s[0])
+    assert int(ns.rank) == int(np.sum(s > 1e-8 * s[0])) == 3
+    assert int(L.null_space(jnp.asarray(S2), L.RelativeTolerance(1e-8)).rank) == 4
 
 
 @pytest.mark.slow
@@ -84,6 +94,13 @@ def test_example1_directions_paper():
     )
     assert int(res.reference.rank[0]) == 1
     assert res.isolated == ("theta1", "theta2") and res.pairwise == {"theta3": ("theta4",)}
+    # the paper's own convention (no equilibration) gives the same answer here
+    res = ji.lserc(
+        m,
+        m.THETA_STAR,
+        method=ji.LSERC(directions=[[1.0, 0, 0, 0]], twin=0, singular=0, equilibrate=False),
+    )
+    assert int(res.reference.rank[0]) == 2 and res.non_identifiable == ("theta2", "theta3")
     # the L-SERC matrix itself: columns [t, 0, -2, 1] for d = e1
     ls = ji.ld_sensitivity(m, m.THETA_STAR, M=jnp.array([1.0, 0, 0, 0]))
     t = np.asarray(m.times)

@@ -23,6 +23,32 @@ def test_paper_matrices_all_methods_metrics(key, k):
         assert len(sel.identifiable) == k
 
 
+@pytest.mark.skipif(not SENS_FILE.exists(), reason="shared data not present")
+def test_the_css_papers_rank_convention_on_covid():
+    """The paper's code applies rtol = 1e-4 to the singular values of COVID's matrix as
+    given: k = 5 with `equilibrate=False` (the same count from NumPy), while the default
+    (equilibrated, unit-free) gives 6 and does not move when a column's units change;
+    estimability likewise; under jit and vmap the same k."""
+    S = np.load(SENS_FILE)["COVID"]
+    rule = ji.RelativeTolerance(1e-4)
+    s = np.linalg.svd(S, compute_uv=False)
+    assert int(np.sum(s > 1e-4 * s[0])) == 5
+    assert int(ji.select_parameters(S, rank=rule, equilibrate=False).k) == 5
+    assert int(ji.linalg.column_subset(S, rank=rule, equilibrate=False).k) == 5
+    assert int(ji.select_parameters(S, rank=rule).k) == 6
+    units = np.array([1e3, 1.0, 1e-3, 1.0, 10.0, 1.0, 1.0, 1e-2])
+    assert int(ji.select_parameters(S * units, rank=rule).k) == 6
+    s_u = np.linalg.svd(S * units, compute_uv=False)
+    k_u = int(ji.select_parameters(S * units, rank=rule, equilibrate=False).k)
+    assert k_u == int(np.sum(s_u > 1e-4 * s_u[0])) != 5
+    assert ji.estimability(S, rank=rule, equilibrate=False).nullity == 3
+    assert ji.estimability(S, rank=rule).nullity == 2
+    batched = jax.jit(
+        jax.vmap(lambda m: ji.select_parameters(m, rank=rule, equilibrate=False, throw=False).k)
+    )(jnp.stack([jnp.asarray(S)] * 2))
+    np.testing.assert_array_equal(batched, [5, 5])
+
+
 def test_selection_api_and_report():
     model = ji.models.load("svir")
     sens = ji.sensitivity(model)

@@ -73,9 +73,10 @@ class _SVD(eqx.Module):
     ok: Bool[Array, ""]
 
 
-def _svd_of(DG: Array) -> _SVD:
+def _svd_of(DG: Array, equilibrated: bool = True) -> _SVD:
     ok = jnp.all(jnp.isfinite(DG))
-    safe, c = equilibrate(jnp.where(ok, DG, 0.0))
+    safe = jnp.where(ok, DG, 0.0)
+    safe, c = equilibrate(safe) if equilibrated else (safe, jnp.ones(DG.shape[1], DG.dtype))
     rows, cols = DG.shape
     # fewer rows (K x outputs) than unknowns: all n right singular vectors, and zeros for
     # the singular values beyond the rows (those directions are in the null space)
@@ -86,10 +87,10 @@ def _svd_of(DG: Array) -> _SVD:
 
 
 @eqx.filter_jit
-def _svd_kernel(DG: Array) -> _SVD:
+def _svd_kernel(DG: Array, equilibrated: bool) -> _SVD:
     """`_svd_of` as one compiled call (the host layer's arrays are concrete; each of its
     operations would otherwise be compiled on its own)."""
-    return _svd_of(DG)
+    return _svd_of(DG, equilibrated)
 
 
 @eqx.filter_jit
@@ -294,6 +295,7 @@ def estimability(
     pivots: Sequence[str] | None = None,
     pivot_candidates: Sequence[str] | None = None,
     zero_tol: float | None = None,
+    equilibrate: bool = True,
 ) -> Estimability:
     """Null-space dependency analysis and correlation analysis of a Jacobian `DG` of
     outputs with respect to unknowns (Schumann-Bischoff et al. 2016, section II).
@@ -317,6 +319,10 @@ def estimability(
       bound `tau / (sigma_k - tau)` with `tau` the rank rule's threshold), so that a
       component the accuracy of `DG` cannot tell from zero never makes a quantity
       non-estimable. The value used is the result's `zero_tol`.
+    - `equilibrate`: `True` (default): the SVD of `DG` with unit column norms, so that
+      the nullity, the null basis and its zero entries do not depend on the units of the
+      unknowns; `False`: of `DG` as given, the convention of Schumann-Bischoff et al.
+      (2016), for reproducing their numbers.
 
     **Returns:** an `Estimability`. With `nullity` given (an int) it is jittable and
     vmappable; otherwise `D_N` is read on the host.
@@ -339,7 +345,7 @@ def estimability(
         raise ValueError(f"{len(names)} names for {n_w} columns.")
     if not isinstance(DG, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(DG))):
         raise ValueError("DG contains NaN or inf (a failed solve?).")
-    svd = _svd_kernel(DG)
+    svd = _svd_kernel(DG, bool(equilibrate))
     if nullity is None:
         if isinstance(DG, jax.core.Tracer):
             raise ValueError("Under jit or vmap, pass nullity=... (an int).")

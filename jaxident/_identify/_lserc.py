@@ -57,7 +57,7 @@ class Probe(eqx.Module):
 
 
 @eqx.filter_jit
-def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, on_error):
+def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, on_error):
     """The L-SERC matrices of every direction in `D` at `theta`, their null spaces and
     rref pivots. Jitted so that the singularity-probing levels reuse its trace (a DAE
     solve costs seconds to trace); `on_error`, equinox's error mode while tracing, is
@@ -76,7 +76,7 @@ def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, on_error):
         return jnp.where(ok, L, 0.0), ok, solved
 
     L, ok, solved = jax.vmap(one)(Ms)
-    ns = jax.vmap(null_space, in_axes=(0, None))(L, rank_rule)
+    ns = jax.vmap(null_space, in_axes=(0, None, None))(L, rank_rule, equilibrate)
     A = jnp.where(ns.mask[:, :, None], jnp.swapaxes(ns.basis, -1, -2), 0.0)
     ech = jax.vmap(lambda a: rref(a, rref_tol))(A)
     probe = Probe(
@@ -104,12 +104,13 @@ def _singularity_points(theta, null_sum, deficient, active, singular):
     return pts.reshape(-1, p), act.reshape(-1)
 
 
-def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q):
+def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q):
     """The probe at `theta` and, level by level (`q` levels), the probes at the
     singularity-probing points of every rank-deficient direction: each level is one
     vmapped probe, so the compiled size does not grow with the number of directions."""
     mode = on_error_mode()
-    probe, null_sum, solved = _probe(model, theta, times, D, integrator, rank_rule, rref_tol, mode)
+    settings = (rank_rule, rref_tol, equilibrate, mode)
+    probe, null_sum, solved = _probe(model, theta, times, D, integrator, *settings)
     probes, active = [], []
     if singular > 0 and q > 0:
         p = theta.shape[0]
@@ -120,7 +121,7 @@ def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, singular
         for _ in range(q):
             thetas, act = _singularity_points(thetas, sums, deficient, act, singular)
             level, sums, _ = jax.vmap(
-                lambda th: _probe(model, th, times, D, integrator, rank_rule, rref_tol, mode)
+                lambda th: _probe(model, th, times, D, integrator, *settings)
             )(thetas)
             deficient = (level.rank < p) & level.ok
             probes.append(level)
@@ -263,9 +264,11 @@ class LSERCResult(eqx.Module):
 
 
 @eqx.filter_jit
-def _lserc_jit(model, theta, times, D, integrator, rank_rule, rref_tol, singular, q, throw):
+def _lserc_jit(
+    model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q, throw
+):
     ref, probes, active, solved = lserc_tree(
-        model, theta, times, D, integrator, rank_rule, rref_tol, singular, q
+        model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q
     )
     ok0 = jax.tree.map(lambda x: x[0], solved)
     if throw is True:
@@ -347,6 +350,7 @@ def lserc(
         integrator,
         rank,
         method.rref_tol,
+        method.equilibrate,
         float(method.singular),
         method.q,
         throw=resolve_throw(throw),

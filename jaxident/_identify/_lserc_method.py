@@ -33,6 +33,10 @@ class LSERC(eqx.Module):
       on the column-equilibrated matrix (unit-free); the default `RelativeTolerance()`
       asks for no more digits than the sensitivities have (`10 rtol` of the integrator).
     - `rref_tol`: relative tolerance for nonzero entries of `rref(V_r^T)`.
+    - `equilibrate`: `True` (default): the rank decision and the null basis on
+      `Upsilon_d` with unit column norms, so that no change of a parameter's units
+      changes them; `False`: on `Upsilon_d` as given, the convention of Abdelfattah et
+      al. (2024) and of Stigter & Molenaar's SERC, for reproducing their numbers.
     """
 
     directions: tuple[tuple[float, ...], ...] | None = eqx.field(
@@ -44,6 +48,7 @@ class LSERC(eqx.Module):
     q: int = 1
     rank: AbstractRankRule = RelativeTolerance()
     rref_tol: float = 1e-8
+    equilibrate: bool = eqx.field(default=True, static=True)
 
     def __check_init__(self):
         if not isinstance(self.rank, AbstractRankRule):

@@ -100,6 +100,7 @@ class _ReductionSample(eqx.Module):
     integrator: Integrator
     rank: AbstractRankRule
     rref_tol: float
+    equilibrate: bool = eqx.field(static=True)
     singular: float
     q: int
     confirmed: bool = eqx.field(static=True)
@@ -113,6 +114,7 @@ class _ReductionSample(eqx.Module):
             self.integrator,
             self.rank,
             self.rref_tol,
+            self.equilibrate,
             self.singular,
             self.q,
         )
@@ -190,8 +192,8 @@ def reduce_parameters(
     integrator = model.integrator if integrator is None else integrator
     rank = with_accuracy(method.rank, accuracy(model, integrator, samples.dtype))
     one = _ReductionSample(
-        model, times, D, integrator, rank, method.rref_tol, float(method.singular), method.q,
-        bool(confirmed),
+        model, times, D, integrator, rank, method.rref_tol, method.equilibrate,
+        float(method.singular), method.q, bool(confirmed),
     )  # fmt: skip
     res = sweep(
         one,

@@ -9,7 +9,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._misc import reduce_to_square
 from ._rank import AbstractRankRule
-from ._scaling import equilibrate
+from ._scaling import equilibrate as _equilibrate
 
 
 class NullSpace(eqx.Module):
@@ -43,13 +43,16 @@ class NullSpace(eqx.Module):
         return V / jnp.linalg.norm(V, axis=-2, keepdims=True)
 
 
-def null_space(S: Float[Array, "n p"], rank: AbstractRankRule) -> NullSpace:
+def null_space(
+    S: Float[Array, "n p"], rank: AbstractRankRule, equilibrate: bool = True
+) -> NullSpace:
     """The right null space of `S` from the SVD of its column-equilibrated form
     `S C^{-1}` (unit column norms), the rank decided by `rank` (paper eqs. 14-15) on
-    those singular values, so that no change of units of a parameter changes it.
-    Jittable and vmappable."""
+    those singular values, so that no change of units of a parameter changes it; with
+    `equilibrate=False`, of `S` as given (`C = I`: the papers' convention). Jittable and
+    vmappable."""
     n, p = S.shape
-    S_eq, c = equilibrate(S)
+    S_eq, c = _equilibrate(S) if equilibrate else (S, jnp.ones((p,), S.dtype))
     R = reduce_to_square(S_eq)
     _, sigma, vt = jnp.linalg.svd(R, full_matrices=True)
     k = rank(sigma, (n, p))

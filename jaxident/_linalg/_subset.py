@@ -81,15 +81,15 @@ def _selection_message(sel) -> str | None:
 
 
 @eqx.filter_jit
-def _select(S, k, method, rank, names, row_scale, metrics, throw):
+def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, throw):
     n, p = S.shape
     finite = jnp.all(jnp.isfinite(S))
     safe = jnp.where(finite, S, 0.0)
     S_eq, c = equilibrate(safe, row_scale)
     rule = rank if k is None else None
     if k is None:
-        # the rank decision, on the equilibrated matrix (unit-free)
-        sigma_eq = svdvals(reduce_to_square(S_eq))
+        # the rank decision, on the equilibrated matrix (unit-free), or on S as given
+        sigma_eq = svdvals(reduce_to_square(S_eq if equilibrated else safe))
         k = rank(sigma_eq, (n, p))
         safe = after(safe, sigma_eq)
     else:  # k given: no decision to make, and none recorded
@@ -145,7 +145,16 @@ def _power_of_two_scaling(S):
 
 
 def select_columns(
-    S, names, k, method, rank, row_scale, throw, caller: str, metrics: bool = True
+    S,
+    names,
+    k,
+    method,
+    rank,
+    row_scale,
+    throw,
+    caller: str,
+    metrics: bool = True,
+    equilibrate: bool = True,
 ) -> Selection:
     """The one column-selection driver: checks on the host, then the `_select` kernel.
 
@@ -183,6 +192,7 @@ def select_columns(
         names,
         row_scale,
         bool(metrics),
+        bool(equilibrate),
         throw=throw,
         message=_selection_message,
     )
@@ -210,6 +220,7 @@ def column_subset(
     rank: AbstractRankRule = RelativeTolerance(),
     metrics: bool = True,
     throw: bool | None = None,
+    equilibrate: bool = True,
 ) -> Selection:
     """Column subset selection `S[:, perm] = Q R`, selected columns first.
 
@@ -233,6 +244,8 @@ def column_subset(
       reached); default `True`, `False` inside `ji.sweep`. With `throw=False` the status
       is in the result instead; use that under `vmap` so that one bad matrix does not
       stop a batch.
+    - `equilibrate`: `False` applies `rank` to the singular values of `S` as given (the
+      CSS paper's convention; see `ji.select_parameters`).
 
     **Returns:** a `Selection` (`perm`, `R`, `k`, `rho`, `swaps`, the accuracy metrics
     and a `RESULTS` status).
@@ -248,7 +261,9 @@ def column_subset(
     ```
     """
     S = check_matrix(S)
-    return select_columns(S, names, k, method, rank, None, throw, "column_subset", metrics)
+    return select_columns(
+        S, names, k, method, rank, None, throw, "column_subset", metrics, equilibrate
+    )
 
 
 def srrqr(S: ArrayLike, k: int | ArrayLike | None = None, f: float = 1.01, **kwargs):
