@@ -270,7 +270,7 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         tt, Ms_ = args
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
-    def run(t0, t1, y_start, ts):
+    def run(t0, t1, y_start, ts, event):
         state_field = lambda t, z, args: f(t, z, args[0])
         with traced_once(_staggered(integrator.solver, state_field)) as solver:
             return diffrax.diffeqsolve(
@@ -284,17 +284,49 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
                 saveat=diffrax.SaveAt(ts=ts, t1=True),
                 stepsize_controller=_controller(model, integrator, th, f, z0, theta, ts, active),
                 adjoint=diffrax.RecursiveCheckpointAdjoint(),
+                event=event,
                 max_steps=integrator.max_steps,
                 throw=False,
             )
 
+    def g(i, t, zz, pp):
+        return ravel_pytree(model.apply_event(i, t, unravel(zz), view(pp)))[0].astype(zz.dtype)
+
     def jump(i, t, state):
-        def g(zz, pp):
-            return ravel_pytree(model.apply_event(i, t, unravel(zz), view(pp)))[0].astype(zz.dtype)
+        return ld_jvp(lambda zz, pp: g(i, t, zz, pp), (state[0], theta), (state[1], Ms))
 
-        return ld_jvp(g, (state[0], theta), (state[1], Ms))
+    def trigger(t, zz, pp):
+        h = model.event_triggers(t, unravel(zz), view(pp))
+        return None if h is None else jnp.atleast_1d(jnp.asarray(h, dtype=zz.dtype))
 
-    seg = in_segments(model, th, (z0, Z0), times, run, jump)
+    def fired(j, t, before, after):
+        """The event time's term of the jump of trigger j at t: `Z+ += (g_x f- - f+)
+        tau_theta`, `tau_theta = -(h_x Z- + h_theta M) / (h_t + h_x f-)`."""
+        (z, Z), (z_new, Z_new) = before, after
+        i = n_timed + j
+        f_before = f(t, z, theta)
+        h_j = lambda tt, zz, pp: trigger(tt, zz, pp)[j]
+        _, rate = jax.jvp(lambda tt, zz: h_j(tt, zz, theta), (t, z), (jnp.ones_like(t), f_before))
+        _, h_dirs = ld_jvp(lambda zz, pp: h_j(t, zz, pp), (z, theta), (Z, Ms))
+        tau_theta = -h_dirs / jnp.where(rate != 0, rate, 1.0)
+        _, g_f = jax.jvp(lambda zz: g(i, t, zz, theta), (z,), (f_before,))
+        jump_rate = g_f - f(t, z_new, theta)
+        return z_new, Z_new + jump_rate[:, None] * tau_theta[None, :]
+
+    timed = None if dae else model.event_times(th)
+    n_timed = 0 if timed is None else int(jnp.size(timed))
+    has_triggers = not dae and trigger(jnp.asarray(model.t0, z0.dtype), z0, theta) is not None
+    seg = in_segments(
+        model,
+        th,
+        (z0, Z0),
+        times,
+        run,
+        jump,
+        trigger=(lambda t, state: trigger(t, state[0], theta)) if has_triggers else None,
+        field=lambda t, state: vf(t, state, (theta, Ms)),
+        fired=fired,
+    )
     zs, Zs = seg.ys
 
     def observe(t, z, Z):

@@ -264,19 +264,35 @@ class ODEModel(AbstractModel):
         respect to the event times too (`TimeWarped`)."""
         return None
 
+    def event_triggers(
+        self, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues
+    ) -> Array | None:
+        """The root functions of the events the state triggers (`X > 2`: `X - 2`), a
+        vector, or `None` (the default). Trigger `j` fires when it rises through zero
+        (from negative to positive, once per rise): the solve stops there (located by
+        root finding), `apply_event(n + j, ...)` maps the state (`n` timed events
+        before it), and the sensitivities take the jump condition, with the event
+        time's derivative `-(h_x S + h_theta) / (h_x f + h_t)`."""
+        return None
+
     def apply_event(
         self, i: int, t: Float[Array, ""], x: PyTree[Array], theta: ParameterValues
     ) -> PyTree[Array]:
-        """The state just after event `i` (a static index into `event_times`) at `t`,
-        from the state `x` just before it."""
+        """The state just after event `i` at `t`, from the state `x` just before it: a
+        static index into `event_times`, then into `event_triggers`."""
         return x
 
     @property
     def fires_at_t0(self) -> tuple[bool, ...]:
-        """Per event, whether it fires when its time is at or before `t0` (an SBML
-        trigger that is true at the start and whose `initialValue` is false)."""
-        times = self.event_times(self.parameters.view(self.parameters.nominal))
-        return () if times is None else (False,) * int(jnp.size(times))
+        """Per event (timed, then triggered), whether it fires when its time is at or
+        before `t0`, or its trigger is true at `t0` (an SBML trigger whose
+        `initialValue` is false)."""
+        th = self.parameters.view(self.parameters.nominal)
+        times = self.event_times(th)
+        t0 = jnp.asarray(self.t0, dtype=float)
+        triggers = self.event_triggers(t0, self.initial_state(th), th)
+        n = sum(0 if a is None else int(jnp.size(a)) for a in (times, triggers))
+        return (False,) * n
 
     def reinitialize(self, x: PyTree[Array], theta: ParameterValues) -> PyTree[Array]:
         """The state an experiment starts from after a pre-equilibration ended in `x`:

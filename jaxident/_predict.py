@@ -68,6 +68,9 @@ class _Preequilibrated(ODEModel):
     def event_times(self, theta):
         return self.inner.event_times(self._split(theta)[0])
 
+    def event_triggers(self, t, x, theta):
+        return self.inner.event_triggers(t, x, self._split(theta)[0])
+
     def apply_event(self, i, t, x, theta):
         return self.inner.apply_event(i, t, x, self._split(theta)[0])
 

@@ -6,11 +6,11 @@ file declares them), boundary and constant species, initial assignments, assignm
 and rate rules, reactions with kinetic laws and local parameters, function
 definitions (inlined), `piecewise` conditions on `time` against parameters, which
 become switching times (the solver steps onto them, and the sensitivities jump
-there), and events triggered at a time from parameters (`time >= t_dose`) that assign
-to states (the solve stops there; the sensitivities take the jump condition). Events
-on the state, event delays, algebraic rules, delays, fast reactions, conversion
-factors, variable stoichiometry and compartments of varying size raise a `ValueError`
-naming the feature.
+there), and events that assign to states, at a time from parameters (`time >= t_dose`)
+or triggered by the state (`X < c`): the solve stops there, and the sensitivities
+take the jump condition. Triggers combining comparisons (and/or), event delays,
+algebraic rules, delays, fast reactions, conversion factors, variable stoichiometry
+and compartments of varying size raise a `ValueError` naming the feature.
 """
 
 import functools
@@ -136,6 +136,9 @@ class SBMLModel(ODEModel):
     events: tuple[tuple[sp.Expr, tuple[tuple[int, sp.Expr], ...], bool], ...] = eqx.field(
         static=True, default=()
     )
+    triggered: tuple[tuple[sp.Expr, tuple[tuple[int, sp.Expr], ...], bool], ...] = eqx.field(
+        static=True, default=()
+    )
 
     integrator: ClassVar[Integrator] = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 
@@ -177,17 +180,26 @@ class SBMLModel(ODEModel):
         zero = jnp.zeros((), dtype=float)
         return jnp.stack([zero + evaluate(tau, env) for tau, _, _ in self.events])
 
-    def apply_event(self, i: int, t, x, theta: ParameterValues) -> Array:
-        """The event's assignments, all evaluated with the state before it."""
+    def event_triggers(self, t, x, theta: ParameterValues) -> Array | None:
+        """The root functions of the triggered events (`a - b` for `a > b`)."""
+        if not self.triggered:
+            return None
         env = self.state_env(t, x, theta)
-        _, assignments, _ = self.events[i]
+        zero = jnp.zeros((), dtype=float)
+        return jnp.stack([zero + evaluate(root, env) for root, _, _ in self.triggered])
+
+    def apply_event(self, i: int, t, x, theta: ParameterValues) -> Array:
+        """The event's assignments (timed events, then triggered ones), all evaluated
+        with the state before it."""
+        env = self.state_env(t, x, theta)
+        _, assignments, _ = (*self.events, *self.triggered)[i]
         for k, expr in assignments:
             x = x.at[k].set(jnp.asarray(evaluate(expr, env), dtype=x.dtype))
         return x
 
     @property
     def fires_at_t0(self) -> tuple[bool, ...]:
-        return tuple(not initial_value for _, _, initial_value in self.events)
+        return tuple(not initial for _, _, initial in (*self.events, *self.triggered))
 
     def reinitialize(self, x, theta: ParameterValues) -> Array:
         """The state after a pre-equilibration, with the states that this condition
@@ -242,7 +254,7 @@ class SBMLModel(ODEModel):
             return frozenset(out)
 
         solution = [*self.rates, *(e for _, e in self.initial), *self.switches]
-        for tau, assignments, _ in self.events:
+        for tau, assignments, _ in (*self.events, *self.triggered):
             solution += [tau, *(e for _, e in assignments)]
         overrides = {f(s) for s in self.overrides for f in (initial_value, initial_set)}
         return Dependence(reach(solution) | overrides, tuple(reach([o]) for o in self.observables))
@@ -298,23 +310,28 @@ def _time_of(rel, rules: Mapping[str, sp.Expr], constants):
 
 
 def _events(m, rules, constants, state_ids, path):
-    """The SBML events as `(tau, ((state index, value), ...), initialValue)`: triggers
-    `time >= tau` (or `>`, or `tau <= time`) with `tau` from parameters, assignments
-    to states. Anything else is refused by name."""
-    out = []
+    """The SBML events, timed and triggered, each `(e, ((state index, value), ...),
+    initialValue)`: a timed event's trigger is `time >= tau` (or `>`, or `tau <= time`)
+    with `e = tau` from parameters; any other comparison `a > b` (`>=`, `<`, `<=`) is a
+    triggered event with `e = a - b` (`b - a`), which fires when `e` rises through 0.
+    Assignments go to states. Anything else is refused by name."""
+    timed, triggered = [], []
     for ev in m.getListOfEvents():
-        name = ev.getId() or f"#{len(out) + 1}"
+        name = ev.getId() or f"#{len(timed) + len(triggered) + 1}"
         trig = ev.getTrigger()
         rel = from_mathml(trig.getMath() if trig is not None else None, f"event {name!r}")
-        found = None
-        if isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan,
-                            sp.StrictLessThan)):  # fmt: skip
-            found = _time_of(rel, rules, constants)
-        rising = isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan))
-        if found is None or (found[1] > 0) != rising:
+        if not isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan, sp.LessThan,
+                                sp.StrictLessThan)):  # fmt: skip
             raise ValueError(
-                f"{path}: event {name!r} has the trigger {rel}; only triggers on time "
-                "(time >= t_event, with t_event from parameters) are supported."
+                f"{path}: event {name!r} has the trigger {rel}; only one comparison "
+                "(x > c, time >= t_event, ...) is supported, not and/or/not of several."
+            )
+        found = _time_of(rel, rules, constants)
+        rising = isinstance(rel, (sp.GreaterThan, sp.StrictGreaterThan))
+        if found is not None and (found[1] > 0) != rising:
+            raise ValueError(
+                f"{path}: event {name!r} has the trigger {rel}, which turns false as "
+                "time goes on; a timed trigger must turn true (time >= t_event)."
             )
         assignments = []
         for ea in ev.getListOfEventAssignments():
@@ -326,9 +343,13 @@ def _events(m, rules, constants, state_ids, path):
                 )
             expr = from_mathml(ea.getMath(), f"event {name!r} assignment to {var!r}")
             assignments.append((state_ids.index(var), expr))
-        initial = trig.getInitialValue() if trig.isSetInitialValue() else True
-        out.append((found[0], tuple(assignments), bool(initial)))
-    return tuple(out)
+        initial = bool(trig.getInitialValue() if trig.isSetInitialValue() else True)
+        if found is not None:
+            timed.append((found[0], tuple(assignments), initial))
+        else:
+            root = rel.lhs - rel.rhs if rising else rel.rhs - rel.lhs
+            triggered.append((root, tuple(assignments), initial))
+    return tuple(timed), tuple(triggered)
 
 
 def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, ...]:
@@ -496,7 +517,7 @@ def sbml_model(
                 raise ValueError(f"{path}: the {what} of {key!r} use undefined symbols {missing}.")
     rule_order = dependency_order(rules, "assignment rules")
     switches = _switches([*rates.values(), *rules.values()], rules, names)
-    events = _events(m, rules, names, state_ids, path)
+    events, triggered = _events(m, rules, names, state_ids, path)
     init_defs = {**initial, **rules}
     init_order = [n for n in dependency_order(init_defs, "initial values") if n in init_defs]
     nominal = np.array(list(names.values()), dtype=float)
@@ -521,4 +542,5 @@ def sbml_model(
         switches=switches,
         overrides=tuple(initial_overrides),
         events=events,
+        triggered=triggered,
     )

@@ -10,6 +10,7 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
 from ._checks import check_model, check_theta, check_times
@@ -154,41 +155,50 @@ class Segments(NamedTuple):
     num_steps: Array
 
 
-def in_segments(model, th, y0, times, run, jump) -> Segments:
+def in_segments(model, th, y0, times, run, jump, trigger=None, field=None, fired=None) -> Segments:
     """Integrate from `model.t0` to `times[-1]` with the model's events between: `run(t0,
-    t1, y0, ts)` solves one segment (a `diffrax.Solution` saved at `ts` and at `t1`),
-    and `jump(i, t, y)` applies event `i` at its time `t`. The events fire in the order
-    of their times (ties in the model's order); an observation at an event's time sees
-    the state after it. Event times are not differentiated here: their tangents come
-    from `TimeWarped`, whose knots they are, so the jump of the sensitivities at an
-    event is the derivative of `jump` there (Proof: in the warped time `X = S + f
-    w_theta`, and `S+ = g_x S- + g_theta + (g_x f- - f+) tau_theta` becomes
-    `X+ = g_x X- + g_theta`)."""
+    t1, y0, ts, event)` solves one segment (a `diffrax.Solution` saved at `ts` and at
+    `t1`, stopped by the `diffrax.Event` `event` when one is given), and `jump(i, t, y)`
+    applies event `i` at its time `t`. The timed events fire in the order of their
+    times (ties in the model's order); an observation at an event's time sees the state
+    after it. Timed event times are not differentiated here: their tangents come from
+    `TimeWarped`, whose knots they are, so the jump of the sensitivities at an event is
+    the derivative of `jump` there (Proof: in the warped time `X = S + f w_theta`, and
+    `S+ = g_x S- + g_theta + (g_x f- - f+) tau_theta` becomes `X+ = g_x X- + g_theta`).
+
+    `trigger(t, y)` gives the model's event triggers (`ODEModel.event_triggers`) for a
+    model that has them, `field(t, y)` the right-hand side; each timed segment is then
+    solved by `_triggered`, and `fired(j, t, y_before, y_after)` completes the state
+    after trigger `j` fired (the sensitivity equations add the event time's term there;
+    `None`: nothing to add)."""
     events = model.event_times(th) if isinstance(model, ODEModel) else None
+    n = 0 if events is None else int(jnp.size(events))
+    t0 = jnp.asarray(model.t0, dtype=times.dtype)
+    h0 = None if trigger is None else trigger(t0, y0)
+    m = 0 if h0 is None else int(jnp.size(h0))
+    if m == 0:
+        span = functools.partial(_plain_span, run, times)
+    else:
+        span = _triggered(model, times, run, jump, trigger, field, fired, n, m)
     if events is None:
-        sol = run(model.t0, times[-1], y0, times)
-        ys = jax.tree.map(lambda a: a[:-1], sol.ys)
-        return Segments(ys, sol.result, sol.stats["num_accepted_steps"])
+        ys, _, result, steps = span(t0, times[-1], y0)
+        return Segments(ys, result, steps)
     tau = jax.lax.stop_gradient(jnp.atleast_1d(jnp.asarray(events, dtype=times.dtype)))
     order = jnp.argsort(tau, stable=True)
-    t0 = jnp.asarray(model.t0, dtype=times.dtype)
     end_all = jnp.maximum(times[-1], t0)
-    fires_at_t0 = jnp.asarray(model.fires_at_t0, dtype=bool)
+    fires_at_t0 = jnp.asarray(model.fires_at_t0[:n], dtype=bool)
     start, y, ys = t0, y0, None
     result, steps = diffrax.RESULTS.successful, jnp.asarray(0)
-    n = tau.shape[0]
     for j in range(n + 1):
         end = jnp.clip(tau[order[j]], start, end_all) if j < n else end_all
         # a segment stops one ulp before its event, so that no stage of its last step
         # sees the right-hand side (or `TimeWarped`'s slope) after the event
         stop = jnp.maximum(jnp.nextafter(end, start), start) if j < n else end
-        sol = run(start, stop, y, jnp.clip(times, start, stop))
-        seg = jax.tree.map(lambda a: a[:-1], sol.ys)
-        y = jax.tree.map(lambda a: a[-1], sol.ys)
+        seg, y, res, nsteps = span(start, stop, y)
         inside = (times >= start) & (times < end) if j < n else times >= start
         ys = seg if ys is None else _select(inside, seg, ys)
-        result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, sol.result, result)
-        steps = steps + sol.stats["num_accepted_steps"]
+        result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, res, result)
+        steps = steps + nsteps
         if j < n:
             i = order[j]
             fire = jnp.where(tau[i] > t0, tau[i] <= end_all, fires_at_t0[i])
@@ -196,6 +206,173 @@ def in_segments(model, th, y0, times, run, jump) -> Segments:
             y = _select(fire, jax.lax.switch(i, branches, y), y)
         start = end
     return Segments(ys, result, steps)
+
+
+def _triggers(fn, t, y, th):
+    """A model's event triggers as a float vector, or `None`."""
+    h = fn(t, y, th)
+    return None if h is None else jnp.atleast_1d(jnp.asarray(h, dtype=float))
+
+
+def _plain_span(run, times, start, stop, y):
+    """`(ys at every time, y at stop, result, steps)` of one solve from `start` to
+    `stop` (rows of `ys` outside the span are the clipped times')."""
+    sol = run(start, stop, y, jnp.clip(times, start, stop), None)
+    ys = jax.tree.map(lambda a: a[:-1], sol.ys)
+    y_end = jax.tree.map(lambda a: a[-1], sol.ys)
+    return ys, y_end, sol.result, sol.stats["num_accepted_steps"]
+
+
+# per timed segment, at most this many trigger events (firings and re-armings) before
+# the solve is reported as failed (`max_steps_reached`); each takes up to 10 solves of
+# the state machine in `_triggered`
+MAX_TRIGGER_EVENTS = 8
+_POLISH = 8  # Newton steps on an event time at most
+_ROOT = optx.Newton(rtol=1e-10, atol=1e-10)
+
+
+class _Machine(NamedTuple):
+    s: Any  # the time reached
+    y: Any  # the state there
+    back: Any  # (time, state) where mode 1 started: a polish step back solves from there
+    ys: Any  # the observations so far
+    armed: Any  # per trigger: watching its rise (else its fall, to re-arm)
+    mode: Any  # 0 watch, 1 solve to the located time, 2 polish it
+    tau: Any  # the located time
+    which: Any  # the trigger at tau
+    polish: Any  # Newton steps taken
+    done: Any
+    result: Any
+    steps: Any
+
+
+def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
+    """The span solver of `in_segments` for a model with `m` event triggers: a state
+    machine (one `lax.scan`, one compiled solve per turn) that, from `start`,
+
+    0. solves towards `stop` watching the triggers (a `diffrax.Event` on each armed
+       trigger's rise, and on each fired trigger's fall, which re-arms it); without an
+       event the span is done;
+    1. at an event, solves again from the same start to its located time `tau` without
+       watching, stepping onto it: `tau` comes from the solver's dense output (linear
+       for `Rodas4`), the state there from its steps; a re-arming ends here;
+    2. polishes `tau` by Newton steps `dt = -h / (h_t + h_x f)` on the trigger, each a
+       short solve (forward: a step back solves again from where step 1 started),
+       until `|dt| <= 1e-12 (1 + |tau|)`; then applies the event (`jump`,
+       then `fired`) and disarms the trigger. The last Newton step's derivative is kept
+       (`tau + dt - stop_gradient(dt)`, the state moved by `f` times it), so that a
+       solve differentiated by JAX gets the event time's tangent.
+
+    Observations before `tau` are read from step 1, those after it from later solves.
+    Returns `(ys, y at stop, result, steps)`."""
+    fires_at_t0 = jnp.asarray(model.fires_at_t0[n_timed:], dtype=bool)
+    turns = (2 + _POLISH) * MAX_TRIGGER_EVENTS + 1
+    t_model0 = jnp.asarray(model.t0, times.dtype)
+
+    def fire(j, t, y):
+        after = jump(n_timed + j, t, y)
+        return after if fired is None else fired(j, t, y, after)
+
+    def turn(c: _Machine, stop) -> _Machine:
+        watch = (c.mode == 0) & ~c.done
+        # mode 2: the Newton step on the trigger at tau
+        f = field(c.s, c.y)
+        rate = (jnp.ones_like(c.s), f)
+        h, dh = jax.jvp(lambda tt, yy: trigger(tt, yy)[c.which], (c.s, c.y), rate)
+        dt = jnp.where((c.mode == 2) & ~c.done, -h / jnp.where(dh != 0, dh, 1.0), 0.0)
+        converged = jnp.abs(dt) <= 1e-12 * (1 + jnp.abs(c.s))
+        polishing = (c.mode == 2) & ~c.done & ~converged & (c.polish < _POLISH)
+        t1 = jnp.where(watch, stop, c.s)
+        t1 = jnp.where((c.mode == 1) & ~c.done, c.tau, t1)
+        t1 = jnp.where(polishing, c.s + jax.lax.stop_gradient(dt), t1)
+        # a step back: again from where mode 1 started
+        back = polishing & (dt < 0)
+        start = jnp.where(back, c.back[0], c.s)
+        y_start = _select(back, c.back[1], c.y)
+
+        def cond(j):
+            def fn(t, y, args, **kwargs):  # (diffrax passes them by name)
+                hj = trigger(t, y)[j]
+                return jnp.where(watch, jnp.where(c.armed[j], hj, -hj), -1.0)
+
+            return fn
+
+        event = diffrax.Event([cond(j) for j in range(m)], direction=True, root_finder=_ROOT)
+        sol = run(start, t1, y_start, jnp.clip(times, start, t1), event)
+        seg = jax.tree.map(lambda a: a[:-1], sol.ys)
+        # the end (t1, or the event's time): the last entry saved (after an event, the
+        # times not reached are inf)
+        last = jnp.sum(jnp.isfinite(sol.ts)) - 1
+        y_end = jax.tree.map(lambda a: a[last], sol.ys)
+        t_end = sol.ts[last]
+        mask = jnp.stack([jnp.asarray(e) for e in jax.tree.leaves(sol.event_mask)]) & watch
+        hit = jnp.any(mask)
+        failed = ~diffrax.is_okay(sol.result) & ~c.done  # (an event is okay)
+        # observations: the rest of the span after a watched solve without an event;
+        # those before tau from mode 1
+        rest = watch & ~hit
+        ys = _select((times >= c.s) & rest, seg, c.ys)
+        ys = _select((times >= c.s) & (times < c.tau) & (c.mode == 1) & ~c.done, seg, ys)
+        which = jnp.where(hit, jnp.argmax(mask), c.which)
+        tau = jnp.where(hit, jax.lax.stop_gradient(t_end), c.tau)
+        rearm = (c.mode == 1) & ~c.done & ~c.armed[which]
+        finish = (c.mode == 2) & ~c.done & ~polishing
+        # the fired state, at the polished time with its derivative kept
+        move = dt - jax.lax.stop_gradient(dt)
+        s_fin = c.s + move
+        y_fin = jax.tree.map(lambda a, v: a + v * move, c.y, f)
+        fires = [functools.partial(fire, j) for j in range(m)]
+        y_fired = jax.lax.switch(which, fires, s_fin, y_fin)
+        # where the machine goes
+        s_next = jnp.where(watch | c.done, c.s, t_end)
+        s_next = jnp.where(finish, s_fin, s_next)
+        y_next = _select(watch | c.done, c.y, y_end)
+        y_next = _select(rest, y_end, y_next)
+        y_next = _select(finish, y_fired, y_next)
+        s_next = jnp.where(rest, t_end, s_next)
+        mode = jnp.where(hit, 1, c.mode)
+        mode = jnp.where((c.mode == 1) & ~c.done, jnp.where(rearm, 0, 2), mode)
+        mode = jnp.where(finish, 0, mode)
+        # a fired trigger stays disarmed until it turns false, unless the event itself
+        # turned it false (`x = x - D` on the trigger `x > c`): then it is armed again
+        h_after = trigger(s_fin, y_fired)[which]
+        turned_false = (h_after < 0) & (h_after - h < -1e-12 * (1 + jnp.abs(h) + jnp.abs(h_after)))
+        flag = jnp.where(rearm, True, turned_false)
+        armed = jnp.where(rearm | finish, c.armed.at[which].set(flag), c.armed)
+        return _Machine(
+            s=s_next,
+            y=y_next,
+            back=jax.tree.map(lambda a, b: jnp.where(hit, a, b), (c.s, c.y), c.back),
+            ys=ys,
+            armed=armed,
+            mode=mode,
+            tau=tau,
+            which=which,
+            polish=jnp.where(polishing, c.polish + 1, 0),
+            done=c.done | rest | failed,
+            result=diffrax.RESULTS.where(failed, sol.result, c.result),
+            steps=c.steps + jnp.where(c.done, 0, sol.stats["num_accepted_steps"]),
+        )
+
+    def span(start, stop, y0):
+        armed = trigger(start, y0) < 0
+        # a trigger true at t0 whose initialValue is false fires there, before any solve
+        # (at a fixed time: no event time's term)
+        now = (start == t_model0) & ~armed & fires_at_t0
+        y = y0
+        for j in range(m):
+            y = _select(now[j], jump(n_timed + j, start, y), y)
+        ys = jax.tree.map(lambda a: jnp.zeros((times.shape[0], *a.shape), a.dtype), y)
+        c = _Machine(
+            s=start, y=y, back=(start, y), ys=ys, armed=armed, mode=jnp.asarray(0), tau=start,
+            which=jnp.asarray(0), polish=jnp.asarray(0), done=jnp.asarray(False),
+            result=diffrax.RESULTS.successful, steps=jnp.asarray(0),
+        )  # fmt: skip
+        c, _ = jax.lax.scan(lambda c, _: (turn(c, stop), None), c, None, turns)
+        result = diffrax.RESULTS.where(c.done, c.result, diffrax.RESULTS.max_steps_reached)
+        return c.ys, c.y, result, c.steps
+
+    return span
 
 
 def _select(where, new, old):
@@ -242,7 +419,7 @@ def solve(
         init_ok = jnp.asarray(True)
     jumps = _switching_times(model, th)
 
-    def run(t0, t1, y_start, ts):
+    def run(t0, t1, y_start, ts, event):
         with traced_once(integrator.solver) as solver:
             return diffrax.diffeqsolve(
                 term,
@@ -255,6 +432,7 @@ def solve(
                 saveat=diffrax.SaveAt(ts=ts, t1=True),
                 stepsize_controller=integrator.controller(jumps, times=ts),
                 adjoint=adjoint,
+                event=event,
                 max_steps=integrator.max_steps,
                 throw=False,
             )
@@ -262,7 +440,17 @@ def solve(
     def jump(i, t, y):
         return model.apply_event(i, t, y, th)
 
-    seg = in_segments(model, th, y0, times, run, jump)
+    triggers = model.event_triggers if isinstance(model, ODEModel) else None
+    seg = in_segments(
+        model,
+        th,
+        y0,
+        times,
+        run,
+        jump,
+        trigger=None if triggers is None else (lambda t, y: _triggers(triggers, t, y, th)),
+        field=lambda t, y: term.vf(t, y, th),
+    )
     if isinstance(model, DAEModel):
         xs, w_guess = seg.ys
         ys, ws, alg_ok = dae_outputs(model, times, xs, w_guess, th, integrator)

@@ -89,6 +89,9 @@ class AbstractTransformedODE(AbstractTransformedModel, ODEModel):
     def event_times(self, theta):
         return self.base.event_times(self.base_theta(theta))
 
+    def event_triggers(self, t, x, theta):
+        return self.base.event_triggers(t, x, self.base_theta(theta))
+
     def apply_event(self, i, t, x, theta):
         return self.base.apply_event(i, t, x, self.base_theta(theta))
 
@@ -342,6 +345,9 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
     def vector_field(self, t, x, theta):
         tw, slope = self._warp(t, theta)
         return jax.tree.map(lambda v: slope * v, self.base.vector_field(tw, x, theta))
+
+    def event_triggers(self, t, x, theta):
+        return self.base.event_triggers(self._warp(t, theta)[0], x, theta)
 
     def output(self, t, x, theta):
         a, ar, slope = self._segment(t, theta)

@@ -20,10 +20,10 @@ the noise model (`sd_*`, `sigma`) are held at their nominal values and listed as
 scale. Empty cells take PEtab's defaults (`lin`, `normal`). A `piecewise` in `time`
 against parameters (`time < t_on`) is a switching time with its sensitivities (the
 jump condition). NaN measurements are an error, or missing data with
-`allow_missing=True`. SBML events at a time from parameters (`time >= t_dose`) that
-assign to states are supported; events on the state, event delays and several models
-raise a `ValueError`; priors are ignored (they do not change a local identifiability
-analysis).
+`allow_missing=True`. SBML events that assign to states are supported, at a time from
+parameters (`time >= t_dose`) or triggered by the state (`X < c`); triggers combining
+comparisons, event delays and several models raise a `ValueError`; priors are ignored
+(they do not change a local identifiability analysis).
 """
 
 import hashlib

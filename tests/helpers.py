@@ -276,10 +276,10 @@ def unordered_lapack_pairs(compiled_text):
 # --- a small PEtab problem written from scratch (a switch in time, bad-input cases) ---
 
 
-def switch_sbml(path, event: bool = False):
+def switch_sbml(path, event: bool = False, refill: bool = False):
     """`X' = piecewise(a, time < t_on, 0) - k X`, `X(0) = 0.5`, as SBML level 3; with
     `event`, a dose `X = X + D` at `time >= t_dose` (parameters `D = 1.5`,
-    `t_dose = 1.8`)."""
+    `t_dose = 1.8`); with `refill`, the dose whenever `X < c` (`c = 0.3`)."""
     import libsbml
 
     doc = libsbml.SBMLDocument(3, 1)
@@ -290,7 +290,7 @@ def switch_sbml(path, event: bool = False):
     s = m.createSpecies()
     s.setId("X"), s.setCompartment("cell"), s.setInitialConcentration(0.5)
     s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
-    for pid, v in (("k", 0.7), ("a", 2.0), ("t_on", 1.3), ("D", 1.5), ("t_dose", 1.8)):
+    for pid, v in (("k", 0.7), ("a", 2.0), ("t_on", 1.3), ("D", 1.5), ("t_dose", 1.8), ("c", 0.3)):
         p = m.createParameter()
         p.setId(pid), p.setValue(v), p.setConstant(True)
     for rid, formula, reactant in (
@@ -302,11 +302,11 @@ def switch_sbml(path, event: bool = False):
         ref = r.createReactant() if reactant else r.createProduct()
         ref.setSpecies("X"), ref.setStoichiometry(1.0), ref.setConstant(True)
         r.createKineticLaw().setMath(libsbml.parseL3Formula(formula))
-    if event:
+    if event or refill:
         ev = m.createEvent()
         ev.setId("dose"), ev.setUseValuesFromTriggerTime(True)
         trig = ev.createTrigger()
-        trig.setMath(libsbml.parseL3Formula("time >= t_dose"))
+        trig.setMath(libsbml.parseL3Formula("X < c" if refill else "time >= t_dose"))
         trig.setInitialValue(False), trig.setPersistent(True)
         ea = ev.createEventAssignment()
         ea.setVariable("X"), ea.setMath(libsbml.parseL3Formula("X + D"))
@@ -314,14 +314,14 @@ def switch_sbml(path, event: bool = False):
 
 
 def write_petab(folder, *, measurements=None, parameters=None, observables=None,
-                conditions=None, yaml_extra="", event=False):  # fmt: skip
+                conditions=None, yaml_extra="", event=False, refill=False):  # fmt: skip
     """A PEtab v1 problem around `switch_sbml` in `folder`; each table may be replaced
     by its text. Returns the path of the YAML file."""
     import pathlib
 
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    switch_sbml(folder / "model.xml", event)
+    switch_sbml(folder / "model.xml", event, refill)
     times = np.linspace(0.5, 4.0, 8)
     y = [0.9, 1.2, 1.5, 1.3, 0.9, 0.65, 0.45, 0.3]
     tables = {

@@ -357,3 +357,58 @@ def test_event_times_alone_get_their_sensitivity():
     ref = _central(exact, th)
     S = np.asarray(ji.sensitivity_matrix(model, jnp.asarray(th), integrator=_METHODS[0]))
     assert np.abs(S - ref)[t != 1.7].max() <= 1e-8 * np.abs(ref).max()
+
+
+class _Refill(ji.ODEModel):
+    """`x' = -k x`, `x(0) = x0`; whenever `x` falls below `c`, a refill `x = x + D`
+    (the trigger `x < c`, root function `c - x`)."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "x0", "c", "D"], [0.5, 4.0, 1.0, 1.5])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.5, 13))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        return -theta.k * x
+
+    def initial_state(self, theta):
+        return jnp.stack([theta.x0])
+
+    def output(self, t, x, theta):
+        return x[0]
+
+    def event_triggers(self, t, x, theta):
+        return jnp.stack([theta.c - x[0]])
+
+    def apply_event(self, i, t, x, theta):
+        return x + theta.D
+
+
+def _refill_exact(p, t):
+    """The closed form: the first refill at `tau1 = ln(x0/c)/k`, the next at
+    `tau2 = tau1 + ln((c + D)/c)/k`, and so on (three within the times)."""
+    k, x0, c, D = p
+    tau1 = jnp.log(x0 / c) / k
+    period = jnp.log((c + D) / c) / k
+    n = jnp.floor((t - tau1) / period) + 1  # refills so far
+    last = tau1 + (n - 1) * period
+    return jnp.where(t < tau1, x0 * jnp.exp(-k * t), (c + D) * jnp.exp(-k * (t - last)))
+
+
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+def test_state_triggered_events_against_the_closed_form(integ):
+    """An event the state triggers, firing three times (each fall below `c`, re-armed
+    in between): outputs and sensitivities (to the rate, the initial value, the
+    threshold and the dose: the event times move with all of them) against the closed
+    form's derivatives under jit and vmap."""
+    model = _Refill()
+    th = jnp.asarray([0.5, 4.0, 1.0, 1.5])
+    t = jnp.asarray(model.times)
+    assert int(jnp.max(jnp.floor((t - jnp.log(4.0) / 0.5) / (jnp.log(2.5) / 0.5)) + 1)) == 3
+    ref = np.asarray(jax.jacfwd(_refill_exact)(th, t))
+    batch = jnp.stack([th, th * 1.02])
+    S = jax.jit(jax.vmap(lambda p: ji.sensitivity_matrix(model, p, integrator=integ)))(batch)
+    assert np.abs(np.asarray(S[0]) - ref).max() <= 1e-8 * np.abs(ref).max()
+    ref2 = np.asarray(jax.jacfwd(_refill_exact)(th * 1.02, t))
+    assert np.abs(np.asarray(S[1]) - ref2).max() <= 1e-8 * np.abs(ref2).max()
+    y = np.asarray(ji.simulate(model, th, integrator=integ).ys).ravel()
+    np.testing.assert_allclose(y, np.asarray(_refill_exact(th, t)), rtol=1e-7)

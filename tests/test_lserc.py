@@ -200,6 +200,7 @@ def test_lserc_graph_orders_lapack_calls():
             m.integrator,
             ji.RelativeTolerance(1e-9),
             1e-8,
+            True,
             0.01,
             1,
             False,

@@ -153,6 +153,7 @@ def test_formula_with_code_is_rejected(tmp_path):
 
 
 def test_unsupported_sbml_feature_is_named(tmp_path):
+    """An event whose trigger combines two comparisons is refused by name."""
     import libsbml
 
     src = ji.data.petab_problem("boehm")
@@ -163,14 +164,14 @@ def test_unsupported_sbml_feature_is_named(tmp_path):
     ev = doc.getModel().createEvent()
     ev.setId("dose")
     trig = ev.createTrigger()
-    trig.setMath(libsbml.parseL3Formula("STAT5A > 10"))
+    trig.setMath(libsbml.parseL3Formula("STAT5A > 10 && time > 2"))
     trig.setInitialValue(True), trig.setPersistent(True)
     ev.setUseValuesFromTriggerTime(True)
     assign = ev.createEventAssignment()
     assign.setVariable("STAT5A")
     assign.setMath(libsbml.parseL3Formula("1"))
     libsbml.writeSBMLToFile(doc, str(xml))
-    with pytest.raises(ValueError, match="event 'dose'.*only triggers on time"):
+    with pytest.raises(ValueError, match="event 'dose'.*only one comparison"):
         ji.petab.load(next(folder.glob("*.yaml")))
 
 
@@ -462,6 +463,43 @@ def test_sbml_event_dose_against_the_closed_form(tmp_path):
     fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(4)], 1)
     S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
     assert np.abs(fd[:, 3]).max() > 0.5  # the dose time matters
+    np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+    pp = petab.Problem.from_yaml(str(path))
+    sim = ji.petab.simulation_table(problem, pred)
+    llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
+    np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+
+
+def test_sbml_event_triggered_by_the_state(tmp_path):
+    """An SBML event `X = X + D` whenever `X < c` (`D`, `c` and the rate estimated),
+    firing three times: the outputs and the sensitivities (the event times move with
+    `k`, `c` and `D`) against central differences of the closed form; the
+    log-likelihood against petab's."""
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlin\t0\t1\t0\t0\nt_on\tlin\t0\t1\t0\t0\n"
+        "D\tlin\t0\t10\t0.4\t1\nc\tlin\t0\t1\t0.3\t1\n"
+    )
+    times = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+    meas = _MEAS + "".join(f"obs_X\tc0\t0.5\t{t}\t0.1\n" for t in times)
+    path = write_petab(tmp_path / "refill", parameters=pars, measurements=meas, refill=True)
+    problem = ji.petab.load(path)
+    assert problem.parameters.names == ("k", "D", "c")
+
+    def exact(p):
+        k, D, c = 10 ** p[0], p[1], p[2]
+        t = np.asarray(times)
+        tau1, period = np.log(0.5 / c) / k, np.log((c + D) / c) / k
+        last = tau1 + np.floor((t - tau1) / period) * period
+        return np.where(t < tau1, 0.5 * np.exp(-k * t), (c + D) * np.exp(-k * (t - last)))
+
+    th = np.asarray(problem.parameters.nominal)
+    assert int(np.floor((3.5 - np.log(0.5 / 0.3) / 0.7) / (np.log(0.7 / 0.3) / 0.7))) + 1 == 3
+    pred = ji.predict(problem)
+    np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], exact(th), rtol=1e-7)
+    h = 1e-6
+    fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(3)], 1)
+    S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
     np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
     pp = petab.Problem.from_yaml(str(path))
     sim = ji.petab.simulation_table(problem, pred)
