@@ -187,6 +187,12 @@ class Problem(eqx.Module):
     noise_outputs: tuple[bool, ...] = eqx.field(static=True)
     noise_parameters: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    # the PEtab import's override cells per experiment and output, as written in the
+    # measurement table (`(observableParameters, noiseParameters)`), for its simulation
+    # tables; `None` for a problem built by hand
+    override_text: tuple[tuple[tuple[str | float, str | float], ...], ...] | None = eqx.field(
+        static=True, default=None
+    )
 
     def __init__(
         self,
@@ -200,6 +206,7 @@ class Problem(eqx.Module):
         noise_outputs: bool | Sequence[bool] = False,
         noise_parameters: Sequence[str] = (),
         name: str = "",
+        override_text: Sequence[Sequence[tuple]] | None = None,
     ):
         check_model(model)
         if isinstance(experiments, Experiment):
@@ -233,6 +240,9 @@ class Problem(eqx.Module):
         m = n_out // 2 if np.any(noise_outputs) else n_out
         self.noise_outputs = tuple(np.broadcast_to(np.asarray(noise_outputs, bool), (m,)).tolist())
         self.noise_parameters = tuple(noise_parameters)
+        self.override_text = (
+            None if override_text is None else tuple(tuple(map(tuple, e)) for e in override_text)
+        )
         self.transforms = tuple(transforms or ("lin",) * m)
         self.distributions = tuple(distributions or ("normal",) * m)
         if len(self.transforms) != m or len(self.distributions) != m:

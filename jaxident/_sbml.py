@@ -367,6 +367,23 @@ def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, 
     return tuple(out.values())
 
 
+def _constant_value(expr, names, rules, path, pid) -> float:
+    """The value of an initial assignment from constants and parameters alone."""
+    for _ in range(len(rules) + 1):  # substitute derived constants (acyclic)
+        inner = {sp.Symbol(n): rules[n] for n in symbols_of(expr) if n in rules}
+        if not inner:
+            break
+        expr = expr.xreplace(inner)
+    known = {sp.Symbol(n): v for n, v in names.items() if not np.isnan(v)}
+    value = expr.xreplace(known)
+    if value.free_symbols:
+        raise ValueError(
+            f"{path}: {pid!r} is set by a condition, but its initial assignment {expr} "
+            f"depends on {sorted(s.name for s in value.free_symbols)}, not on constants."
+        )
+    return float(value)
+
+
 def _value(item, what: str, path) -> float:
     for getter in ("getValue", "getSize"):
         if hasattr(item, getter):
@@ -384,6 +401,7 @@ def sbml_model(
     times: Sequence[float] | None = None,
     t0: float = 0.0,
     initial_overrides: Sequence[str] = (),
+    parameter_overrides: Sequence[str] = (),
 ) -> SBMLModel:
     """Read an SBML file as an `SBMLModel`.
 
@@ -400,6 +418,10 @@ def sbml_model(
       condition may set (PEtab's species in the condition table): two parameters each,
       `__init_<id>` (the value, in the state's units) and `__set_<id>` (1 to use it, 0
       for the model's own value); after a pre-equilibration, `reinitialize` sets them.
+    - `parameter_overrides`: constant parameters and compartments whose value comes from
+      an initial assignment but which a condition may set (PEtab's condition table): they
+      become parameters, with the assignment's value (at the other parameters' values)
+      as nominal.
 
     **Raises:** `ValueError` naming an unsupported feature or an undefined symbol.
     """
@@ -423,8 +445,10 @@ def sbml_model(
         cid = c.getId()
         if cid in assigned:
             continue
-        if cid in ia:
+        if cid in ia and cid not in parameter_overrides:
             rules[cid] = ia[cid]
+        elif cid in ia:
+            names[cid] = np.nan  # the assignment's value, below
         else:
             names[cid] = _value(c, "compartment", path)
             if not names[cid] > 0 and any(x.getCompartment() == cid for x in m.getListOfSpecies()):
@@ -444,10 +468,15 @@ def sbml_model(
             else:  # set by the conditions alone: NaN where one does not
                 initial[pid] = sp.nan
             rates[pid] = from_mathml(rated[pid].getMath(), f"rate rule for {pid!r}")
-        elif pid in ia:
+        elif pid in ia and pid not in parameter_overrides:
             rules[pid] = ia[pid]
+        elif pid in ia:
+            names[pid] = np.nan  # the assignment's value, below
         else:
             names[pid] = _value(p, "parameter", path)
+    for pid in parameter_overrides:
+        if pid in ia:
+            names[pid] = _constant_value(ia[pid], names, rules, path, pid)
     species = {s.getId(): s for s in m.getListOfSpecies()}
     size = {c.getId(): sp.Symbol(c.getId()) for c in m.getListOfCompartments()}
     for sid, s in species.items():

@@ -347,8 +347,16 @@ def _load(yaml_path: str, name, allow_missing):
     dynamic = (
         species_ids | set(estimated) | {"time"} | {r.getVariable() for r in sbml.getListOfRules()}
     )
+    # so does one whose noise overrides name an estimated parameter (a scale factor that
+    # is estimated for the observable too: `s_gel1;sigma` for `np1 * np2`)
+    by_estimated = {
+        row["observableId"]
+        for _, row in meas_df.iterrows()
+        if any(v in estimated for v in _overrides(row.get("noiseParameters")))
+    }
     on_host = [
-        not any(
+        oid not in by_estimated
+        and not any(
             s.name in dynamic or placeholders.get(s.name, ("", "noise"))[1] == "observable"
             for s in noise[f"sigma_{oid}"].free_symbols
         )
@@ -361,8 +369,15 @@ def _load(yaml_path: str, name, allow_missing):
     cond_cols = [c for c in cond_df.columns if c not in ("conditionId", "conditionName")]
     rated = {r.getVariable() for r in sbml.getListOfRules() if r.isRate()}
     init_cols = [c for c in cond_cols if c in species_ids or c in rated]
+    # parameters and compartments with an initial assignment that a condition sets
+    assigned_ids = {a.getSymbol() for a in sbml.getListOfInitialAssignments()}
+    set_by_conditions = [c for c in cond_cols if c in sbml_ids and c in assigned_ids]
     model = sbml_model(
-        sbml_path, observables=outputs, extra_parameters=extra, initial_overrides=init_cols
+        sbml_path,
+        observables=outputs,
+        extra_parameters=extra,
+        initial_overrides=init_cols,
+        parameter_overrides=set_by_conditions,
     )
     constants = dict(zip(model.parameters.names, np.asarray(model.parameters.nominal).tolist()))
     constants.update({p: nominal_of[p] for p in par_df.index})
@@ -481,9 +496,18 @@ def _load(yaml_path: str, name, allow_missing):
                         raise ValueError(f"{yaml_path}: {oid!r} has no placeholder {ph!r}.")
                     cond[ph] = resolve(v)
         pre_map = condition_map(pre) if pre else None
+        # the override cells as written, per output (one text per output in a bucket)
+        text = {}
+        for _, row in df.iterrows():
+            cells = tuple(
+                "" if _empty(row.get(col)) else row.get(col)
+                for col in ("observableParameters", "noiseParameters")
+            )
+            text.setdefault(row["observableId"], cells)
+        override_text.append(tuple(text.get(oid, ("", "")) for oid in obs_ids))
         return Experiment(times, data, sigma, cond, label, pre_map)
 
-    experiments = []
+    experiments, override_text = [], []
     groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
     for (pre, sim), both in groups:
         label = f"{pre}->{sim}" if pre else sim
@@ -495,7 +519,7 @@ def _load(yaml_path: str, name, allow_missing):
             for k, (_, rows) in enumerate(parts):
                 label_k = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
                 experiments.append(experiment(rows, pre, sim, label_k))
-    problem_params = _parameters(par_df, estimated)
+    problem_params = _parameters(par_df, estimated, yaml_path)
     return Problem(
         model,
         experiments,
@@ -506,7 +530,12 @@ def _load(yaml_path: str, name, allow_missing):
         noise_outputs=[not h for h in on_host] if not all(on_host) else False,
         noise_parameters=noise_only,
         name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
+        override_text=override_text,
     )
+
+
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or value == ""
 
 
 def _cell(value, default: str) -> str:
@@ -520,12 +549,35 @@ def _bad(what):
     raise ValueError(f"Unsupported PEtab feature: {what}.")
 
 
-def _parameters(par_df, estimated):
+def _parameters(par_df, estimated, yaml_path):
+    """The estimated parameters; a nominal value outside its bounds (petab's linter lets
+    it pass; Lang_PLOSComputBiol2024 has four) widens the bounds to it, with a warning
+    naming them: the analysis is at the nominal point, and fits start inside."""
     from ._parameters import Parameters
 
-    lo = [float(par_df.loc[p, "lowerBound"]) for p in estimated]
-    up = [float(par_df.loc[p, "upperBound"]) for p in estimated]
-    nom = [float(par_df.loc[p, "nominalValue"]) for p in estimated]
+    lo = np.array([float(par_df.loc[p, "lowerBound"]) for p in estimated])
+    up = np.array([float(par_df.loc[p, "upperBound"]) for p in estimated])
+    nom = np.array([float(par_df.loc[p, "nominalValue"]) for p in estimated])
+    logs = np.array([str(par_df.loc[p, "parameterScale"]) in ("log", "log10") for p in estimated])
+    bad = [f"{p} = {v:g}" for p, v, g in zip(estimated, nom, logs) if g and not v > 0]
+    if bad:
+        raise ValueError(
+            f"{yaml_path}: the parameter table estimates {', '.join(bad)} on a log scale, "
+            "where a value must be positive: give a positive nominalValue (or lin scale)."
+        )
+    outside = (nom < lo) | (nom > up)
+    if outside.any():
+        which = ", ".join(
+            f"{estimated[i]} = {nom[i]:g} not in [{lo[i]:g}, {up[i]:g}]"
+            for i in np.flatnonzero(outside)
+        )
+        warnings.warn(
+            f"{yaml_path}: nominal values outside their bounds in the parameter table "
+            f"({which}); the bounds are widened to include them.",
+            UserWarning,
+            stacklevel=4,
+        )
+        lo, up = np.minimum(lo, nom), np.maximum(up, nom)
     return Parameters(estimated, nom, lo, up)
 
 
@@ -541,13 +593,16 @@ def simulation_table(problem, prediction):
     for e, name in enumerate(problem.experiment_names):
         pre, _, sim = name.split("#")[0].rpartition("->")  # '#k': time-point overrides
         for i, o in zip(*np.nonzero(~np.isnan(data[e]))):
-            rows.append(
-                {
-                    "observableId": problem.output_names[o],
-                    "preequilibrationConditionId": pre,
-                    "simulationConditionId": sim,
-                    "time": times[e, i],
-                    "simulation": outputs[e, i, o],
-                }
-            )
+            row = {
+                "observableId": problem.output_names[o],
+                "preequilibrationConditionId": pre,
+                "simulationConditionId": sim,
+                "time": times[e, i],
+                "simulation": outputs[e, i, o],
+            }
+            if problem.override_text is not None:
+                # rows that differ only in their overrides are told apart by them
+                obs_text, noise_text = problem.override_text[e][o]
+                row["observableParameters"], row["noiseParameters"] = obs_text, noise_text
+            rows.append(row)
     return pd.DataFrame(rows)

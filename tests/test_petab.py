@@ -296,6 +296,7 @@ _LOG_OBS = (
             {"conditions": "conditionId\tconditionName\tcell\nc0\tc0\t0\n"},
             "sets compartment 'cell' to 0 in condition 'c0'.*positive",
         ),
+        ({"parameters": _PARS.format(k=1).replace("0.7", "0")}, "estimates k = 0 on a log sc"),
         ({"yaml": "format_version: 2.0.0\n"}, "PEtab v2 is not supported yet"),
         ({"yaml": ""}, "not a PEtab problem"),
         ({"parameters": ""}, "could not be read.*EmptyDataError"),
@@ -322,6 +323,15 @@ def test_bad_petab_files_are_refused_with_the_reason(tmp_path, tables, match):
         path.write_text(text if yaml_text else "")
     with pytest.raises(ValueError, match=f"(?s){match}"):
         ji.petab.load(path)
+
+
+def test_a_nominal_value_outside_its_bounds_widens_them(tmp_path):
+    """petab's linter lets a nominal value outside its bounds pass (four in
+    Lang_PLOSComputBiol2024): the bounds are widened to it, with a warning naming it."""
+    path = write_petab(tmp_path / "p", parameters=_PARS.format(k=1).replace("0.7", "20"))
+    with pytest.warns(UserWarning, match=r"k = 20 not in \[0.01, 10\]\); the bounds are widened"):
+        problem = ji.petab.load(path)
+    assert float(problem.linear.upper[0]) == 20.0
 
 
 def test_petab_defaults_and_missing_data(tmp_path):
@@ -505,6 +515,73 @@ def test_sbml_event_triggered_by_the_state(tmp_path):
     sim = ji.petab.simulation_table(problem, pred)
     llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
     np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+
+
+def test_noise_overrides_naming_estimated_scales(tmp_path):
+    """Two gels measured at the same times, each with its own estimated scale `s0`/`s1`
+    in the observable and in the noise (`noiseParameter1 * noiseParameter2` with
+    overrides `s0;0.1`, as Fiedler_BMCSystBiol2016 writes them): the problem loads (it
+    used to fail evaluating the noise on the host), the log-likelihood is the closed
+    form's, and the simulation table tells the gels apart (petab's log-likelihood of it
+    is ours)."""
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+        "s0\tlog10\t0.1\t10\t1.5\t1\ns1\tlog10\t0.1\t10\t0.8\t1\n"
+    )
+    obs = (
+        "observableId\tobservableFormula\tnoiseFormula\n"
+        "obs_X\tobservableParameter1_obs_X * X\tnoiseParameter1_obs_X * noiseParameter2_obs_X\n"
+    )
+    meas = (
+        "observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters\t"
+        "noiseParameters\n"
+    )
+    rows = [(t, g, v) for t in (1.0, 2.0) for g, v in (("s0", 2.1), ("s1", 1.2))]
+    meas += "".join(f"obs_X\tc0\t{v}\t{t}\t{g}\t{g};0.1\n" for t, g, v in rows)
+    path = write_petab(tmp_path / "gels", parameters=pars, observables=obs, measurements=meas)
+    problem = ji.petab.load(path)
+    pred = ji.predict(problem)
+    k, a, scale = 0.7, 2.0, {"s0": 1.5, "s1": 0.8}
+    x = lambda t: a / k + (0.5 - a / k) * np.exp(-k * t)
+    mu = np.array([scale[g] * x(t) for t, g, _ in rows])
+    sd = np.array([scale[g] * 0.1 for _, g, _ in rows])
+    y = np.array([v for _, _, v in rows])
+    ref = np.sum(-0.5 * np.log(2 * np.pi * sd**2) - 0.5 * ((y - mu) / sd) ** 2)
+    np.testing.assert_allclose(float(pred.log_likelihood), ref, rtol=1e-7)
+    sim = ji.petab.simulation_table(problem, pred)
+    assert set(sim["observableParameters"]) == {"s0", "s1"}
+    pp = petab.Problem.from_yaml(str(path))
+    llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
+    np.testing.assert_allclose(llh, float(pred.log_likelihood), rtol=1e-10)
+
+
+def test_a_condition_sets_a_parameter_with_an_initial_assignment(tmp_path):
+    """`a` has an initial assignment (`a = 2 * 1`) and the condition table sets it
+    (Liu_IFACPapersOnLine2025's `u_2`): it is a parameter of the model, the condition's
+    value is used, and the other condition keeps the assignment's value."""
+    import libsbml
+
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+    )
+    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n" + "".join(
+        f"obs_X\t{c}\t1.0\t{t}\t0.1\n" for c in ("c0", "c1") for t in (1.0, 2.0)
+    )
+    conds = "conditionId\tconditionName\ta\nc0\tc0\t3.0\nc1\tc1\tNaN\n"
+    path = write_petab(tmp_path / "ia", parameters=pars, measurements=meas, conditions=conds)
+    xml = str(path.parent / "model.xml")
+    doc = libsbml.readSBMLFromFile(xml)
+    ia = doc.getModel().createInitialAssignment()
+    ia.setSymbol("a"), ia.setMath(libsbml.parseL3Formula("2 * 1"))
+    libsbml.writeSBMLToFile(doc, xml)
+    problem = ji.petab.load(path)
+    assert "a" in problem.model.parameters.names
+    out = np.asarray(ji.predict(problem).outputs)[..., 0]
+    t, k = np.array([1.0, 2.0]), 0.7
+    for e, a in enumerate((3.0, 2.0)):
+        np.testing.assert_allclose(out[e], a / k + (0.5 - a / k) * np.exp(-k * t), rtol=1e-7)
 
 
 def _noise_problem(tmp_path, formula):
