@@ -44,7 +44,7 @@ from ._model import (
 )
 from ._nonsmooth import ld_jvp, record_switches
 from ._rosenbrock import Rodas4, traced_once
-from ._simulate import _switching_times as switching_times, in_segments, solve, Solved
+from ._simulate import _switching_times as switching_times, in_segments, solve, Solved, unobserved
 from ._transforms import time_warped
 
 
@@ -231,9 +231,9 @@ def _column_scale(theta: Array, M: Array) -> Array:
     return jnp.where(big > 0, 1.0 / jnp.where(big > 0, big, 1.0), 1.0)
 
 
-def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M):
+def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M, observed=None):
     """Integrate `(z, Z)`; return the flat outputs, their LD-derivatives `(rows, k)` and
-    the `Solved` record of the state."""
+    the `Solved` record of the state (`observed`: see `forward_sensitivities`)."""
     model = time_warped(model, model.parameters.view(theta))
     view = model.parameters.view
     th = view(theta)
@@ -351,7 +351,9 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     else:
         states = jax.vmap(unravel)(zs)
     success = (seg.result == diffrax.RESULTS.successful) & init_ok
-    ok = success & jnp.all(jnp.isfinite(ys)) & jnp.all(jnp.isfinite(Y))
+    free = unobserved(observed, ys)
+    finite_Y = jnp.isfinite(Y) | free.reshape(-1)[:, None]
+    ok = success & jnp.all(jnp.isfinite(ys) | free) & jnp.all(finite_Y)
     nan = jnp.asarray(jnp.nan, ys.dtype)
     ys = jnp.where(ok, ys, nan)
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
@@ -359,17 +361,20 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     return ys.reshape(-1), Y, solved
 
 
-def forward_sensitivities(model: AbstractModel, theta, times, integrator: Integrator, M):
+def forward_sensitivities(
+    model: AbstractModel, theta, times, integrator: Integrator, M, observed=None
+):
     """The outputs `y` (flat, time-major), their LD-derivatives `Y = y'(theta; M)` of
-    shape `(rows, k)`, and the `Solved` record, by the integrator's sensitivity method."""
+    shape `(rows, k)`, and the `Solved` record, by the integrator's sensitivity method.
+    `observed` (`(n, outputs)`): the outputs that must be finite (default all)."""
     method = integrator.sensitivity
     if isinstance(method, SensitivityEquations) and not isinstance(model, AlgebraicModel):
-        return _solve_equations(model, theta, times, integrator, M)
+        return _solve_equations(model, theta, times, integrator, M, observed)
     if not isinstance(method, (SensitivityEquations, DifferentiateSolver)):
         raise TypeError(f"Unknown sensitivity method {method!r}.")
 
     def f(th):
-        solved = solve(model, th, times, integrator, diffrax.ForwardMode())
+        solved = solve(model, th, times, integrator, diffrax.ForwardMode(), observed)
         return solved.ys.reshape(-1), solved
 
     y, Y, solved = ld_jvp(f, (theta,), (M,), has_aux=True)

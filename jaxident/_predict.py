@@ -234,12 +234,12 @@ def _directions(problem: Problem, theta: Array):
 
 
 def _own(model, args):
-    """An experiment's `(theta, directions, times)` for `model`: a model that is not
-    pre-equilibrated takes the first half of a pre-equilibrated problem's parameter
-    vector (its own condition's)."""
-    th_e, M_e, times = args
+    """An experiment's `(theta, directions, times, outputs measured)` for `model`: a
+    model that is not pre-equilibrated takes the first half of a pre-equilibrated
+    problem's parameter vector (its own condition's)."""
+    th_e, M_e, times, seen = args
     p = model.parameters.p
-    return th_e[:p], M_e[:p], times
+    return th_e[:p], M_e[:p], times, seen
 
 
 def _padded_columns(problem: Problem) -> np.ndarray | None:
@@ -325,12 +325,12 @@ def _predict(
 
     def transient(model):
         def run(args):
-            th_e, M_e, times = _own(model, args)
+            th_e, M_e, times, seen = _own(model, args)
             if jacobian:
-                y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e)
+                y, Y, solved = forward_sensitivities(model, th_e, times, integrator, M_e, seen)
                 Y = Y.reshape(times.shape[0], -1, M_e.shape[1])
             else:
-                solved = solve(model, th_e, times, integrator, adjoint)
+                solved = solve(model, th_e, times, integrator, adjoint, seen)
                 y, Y = solved.ys, None
             return y.reshape(times.shape[0], -1), Y, solved.ok, solved.num_steps
 
@@ -338,7 +338,7 @@ def _predict(
 
     def steady(model):
         def run(args):
-            th_e, M_e, times = _own(model, args)
+            th_e, M_e, times, _ = _own(model, args)
             n = times.shape[0]
             y, Y, ok = _at_steady_state(model, th_e, M_e, n, integrator, jacobian)
             return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
@@ -350,7 +350,12 @@ def _predict(
     if pre is not None:
         fns += [transient(pre), steady(pre)]
     kinds = tuple(2 * p + s for p, s in zip(problem.preequilibrated, problem.steady))
-    y, Y, ok, steps = _in_turn(kinds, fns, (th, M, problem.times))
+    # the outputs that must be finite: the measured ones and their noise outputs (an
+    # output nobody measured may be NaN, e.g. a ratio 0/0 at t0)
+    seen = problem.observed
+    if any(problem.noise_outputs):
+        seen = jnp.concatenate([seen, seen & jnp.asarray(problem.noise_outputs)], axis=-1)
+    y, Y, ok, steps = _in_turn(kinds, fns, (th, M, problem.times, seen))
     if jacobian and cols is not None:
         q = theta.shape[0]
         Yt = jnp.moveaxis(Y, -1, 1)  # (e, columns, n, outputs)

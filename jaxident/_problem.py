@@ -187,12 +187,10 @@ class Problem(eqx.Module):
     noise_outputs: tuple[bool, ...] = eqx.field(static=True)
     noise_parameters: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
-    # the PEtab import's override cells per experiment and output, as written in the
-    # measurement table (`(observableParameters, noiseParameters)`), for its simulation
-    # tables; `None` for a problem built by hand
-    override_text: tuple[tuple[tuple[str | float, str | float], ...], ...] | None = eqx.field(
-        static=True, default=None
-    )
+    # the PEtab import's override cells per experiment, `((i, o), (observableParameters,
+    # noiseParameters))` per datum as written in the measurement table, for its
+    # simulation tables; `None` for a problem built by hand
+    override_text: tuple[tuple, ...] | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -241,7 +239,7 @@ class Problem(eqx.Module):
         self.noise_outputs = tuple(np.broadcast_to(np.asarray(noise_outputs, bool), (m,)).tolist())
         self.noise_parameters = tuple(noise_parameters)
         self.override_text = (
-            None if override_text is None else tuple(tuple(map(tuple, e)) for e in override_text)
+            None if override_text is None else tuple(tuple(e) for e in override_text)
         )
         self.transforms = tuple(transforms or ("lin",) * m)
         self.distributions = tuple(distributions or ("normal",) * m)

@@ -374,8 +374,8 @@ def _constant_value(expr, names, rules, path, pid) -> float:
         if not inner:
             break
         expr = expr.xreplace(inner)
-    known = {sp.Symbol(n): v for n, v in names.items() if not np.isnan(v)}
-    value = expr.xreplace(known)
+    known = {sp.Symbol(n): sp.Float(v) for n, v in names.items() if not np.isnan(v)}
+    value = sp.sympify(expr).xreplace(known)
     if value.free_symbols:
         raise ValueError(
             f"{path}: {pid!r} is set by a condition, but its initial assignment {expr} "

@@ -402,9 +402,12 @@ def solve(
     times: Array,
     integrator: Integrator,
     adjoint: diffrax.AbstractAdjoint,
+    observed: Array | None = None,
 ) -> Solved:
     """Integrate and observe, with NaN in `xs`/`ys` where the solve failed. No checks are
-    raised here (see `raise_if_failed`). For a `DAEModel`, `xs` is `(x, w)`."""
+    raised here (see `raise_if_failed`). For a `DAEModel`, `xs` is `(x, w)`. `observed`
+    (`(n, outputs)`): the outputs that must be finite (default all; an output nobody
+    measured may be NaN, e.g. a ratio 0/0 at t0, without failing the solve)."""
     th = model.parameters.view(theta)
     if isinstance(model, AlgebraicModel):
         return _solve_algebraic(model, th, times)
@@ -461,12 +464,19 @@ def solve(
         states = seg.ys
         alg_ok = jnp.asarray(True)
     success = (seg.result == diffrax.RESULTS.successful) & init_ok
-    finite = jnp.all(jnp.isfinite(ys)) & alg_ok
+    finite = jnp.all(jnp.isfinite(ys) | unobserved(observed, ys)) & alg_ok
     ok = success & finite
     nan = jnp.asarray(jnp.nan, ys.dtype)
     ys = jnp.where(ok, ys, nan)
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
     return Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
+
+
+def unobserved(observed, ys):
+    """Where an output need not be finite: nowhere by default."""
+    if observed is None:
+        return jnp.zeros(ys.shape, bool)
+    return ~jnp.reshape(observed, ys.shape)
 
 
 def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:

@@ -480,6 +480,7 @@ def _load(yaml_path: str, name, allow_missing):
         data = np.full((times.size, len(obs_ids)), np.nan)
         sigma = np.ones_like(data)
         cond = condition_map(sim)
+        text = {}
         for _, row in df.iterrows():
             oid = row["observableId"]
             o = obs_ids.index(oid)
@@ -487,6 +488,11 @@ def _load(yaml_path: str, name, allow_missing):
             while not np.isnan(data[i, o]):
                 i += 1
             data[i, o] = float(row["measurement"])
+            # the override cells as written (noise overrides may differ per datum)
+            text[i, o] = tuple(
+                "" if _empty(row.get(col)) else row.get(col)
+                for col in ("observableParameters", "noiseParameters")
+            )
             if on_host[o]:
                 sigma[i, o] = host_sigma(oid, tuple(_overrides(row.get("noiseParameters"))))
             for (_, kind), vals in overrides_of(row).items():
@@ -496,15 +502,7 @@ def _load(yaml_path: str, name, allow_missing):
                         raise ValueError(f"{yaml_path}: {oid!r} has no placeholder {ph!r}.")
                     cond[ph] = resolve(v)
         pre_map = condition_map(pre) if pre else None
-        # the override cells as written, per output (one text per output in a bucket)
-        text = {}
-        for _, row in df.iterrows():
-            cells = tuple(
-                "" if _empty(row.get(col)) else row.get(col)
-                for col in ("observableParameters", "noiseParameters")
-            )
-            text.setdefault(row["observableId"], cells)
-        override_text.append(tuple(text.get(oid, ("", "")) for oid in obs_ids))
+        override_text.append(tuple(sorted(text.items())))
         return Experiment(times, data, sigma, cond, label, pre_map)
 
     experiments, override_text = [], []
@@ -535,7 +533,11 @@ def _load(yaml_path: str, name, allow_missing):
 
 
 def _empty(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or value == ""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return bool(np.isnan(value))
+    return isinstance(value, str) and not value.strip()
 
 
 def _cell(value, default: str) -> str:
@@ -602,7 +604,7 @@ def simulation_table(problem, prediction):
             }
             if problem.override_text is not None:
                 # rows that differ only in their overrides are told apart by them
-                obs_text, noise_text = problem.override_text[e][o]
+                obs_text, noise_text = dict(problem.override_text[e])[int(i), int(o)]
                 row["observableParameters"], row["noiseParameters"] = obs_text, noise_text
             rows.append(row)
     return pd.DataFrame(rows)

@@ -584,6 +584,37 @@ def test_a_condition_sets_a_parameter_with_an_initial_assignment(tmp_path):
         np.testing.assert_allclose(out[e], a / k + (0.5 - a / k) * np.exp(-k * t), rtol=1e-7)
 
 
+def test_an_output_nobody_measured_may_be_nan(tmp_path):
+    """`obs_R = X / (X - 0.5)` is inf at t = 0 (X(0) = 0.5), where only `obs_X` is
+    measured (Laske_PLOSComputBiol2019's ratio observables): the experiment does not
+    fail, and the measured outputs and sensitivities are the closed form's."""
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+    )
+    obs = (
+        "observableId\tobservableFormula\tnoiseFormula\n"
+        "obs_X\tX\tnoiseParameter1_obs_X\nobs_R\tX / (X - 0.5)\tnoiseParameter1_obs_R\n"
+    )
+    meas = _MEAS + "".join(f"obs_X\tc0\t1.0\t{t}\t0.1\n" for t in (0.0, 1.0, 2.0))
+    meas += "".join(f"obs_R\tc0\t3.0\t{t}\t0.1\n" for t in (1.0, 2.0))
+    path = write_petab(tmp_path / "nan", parameters=pars, observables=obs, measurements=meas)
+    problem = ji.petab.load(path)
+    pred = ji.predict(problem, jacobian=True)
+    assert bool(np.all(np.asarray(pred.ok)))
+    out = np.asarray(pred.outputs)[0]
+    assert not np.isfinite(out[0, 1])  # not measured there
+    k, a, t = 0.7, 2.0, np.array([0.0, 1.0, 2.0])
+    x = a / k + (0.5 - a / k) * np.exp(-k * t)
+    np.testing.assert_allclose(out[:, 0], x, rtol=1e-7)
+    np.testing.assert_allclose(out[1:, 1], x[1:] / (x[1:] - 0.5), rtol=1e-7)
+    J = np.asarray(pred.jacobian)[0]
+    assert np.all(np.isfinite(J)) and np.all(J[0, 1] == 0)
+    # d x / d log10(k) at t = 1, 2 against the closed form
+    dx_dk = -a / k**2 + a / k**2 * np.exp(-k * t) + (0.5 - a / k) * np.exp(-k * t) * (-t)
+    np.testing.assert_allclose(J[1:, 0, 0], dx_dk[1:] * k * np.log(10) / 0.1, rtol=1e-6)
+
+
 def _noise_problem(tmp_path, formula):
 
     obs = f"observableId\tobservableFormula\tnoiseFormula\nobs_X\tX\t{formula}\n"
