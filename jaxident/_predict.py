@@ -192,8 +192,7 @@ def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
         Y = jnp.broadcast_to(Y, (n, *Y.shape))
     else:
         y, Y = outputs(th_e), None
-    y = jnp.broadcast_to(y, (n, y.shape[0]))
-    return y, Y, jnp.all(jnp.isfinite(y))
+    return jnp.broadcast_to(y, (n, y.shape[0])), Y
 
 
 def _model_theta(problem: Problem, theta: Array, source, constant):
@@ -338,9 +337,12 @@ def _predict(
 
     def steady(model):
         def run(args):
-            th_e, M_e, times, _ = _own(model, args)
+            th_e, M_e, times, seen = _own(model, args)
             n = times.shape[0]
-            y, Y, ok = _at_steady_state(model, th_e, M_e, n, integrator, jacobian)
+            y, Y = _at_steady_state(model, th_e, M_e, n, integrator, jacobian)
+            ok = jnp.all(jnp.isfinite(y) | ~seen)
+            if jacobian:  # (a tangent the implicit function theorem cannot give is NaN)
+                ok = ok & jnp.all(jnp.isfinite(Y) | ~seen[..., None])
             return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
 
         return run
