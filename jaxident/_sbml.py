@@ -295,12 +295,7 @@ def _time_of(rel, rules: Mapping[str, sp.Expr], constants):
     rules substituted, is `slope * (time - tau)` with a constant slope and `tau` from
     `constants` alone; else `None`."""
     time = sp.Symbol(TIME)
-    d = rel.lhs - rel.rhs
-    for _ in range(len(rules) + 1):  # rules are acyclic: at most that deep
-        inner = {sp.Symbol(n): rules[n] for n in symbols_of(d) if n in rules}
-        if not inner:
-            break
-        d = d.xreplace(inner)
+    d = _with_rules_substituted(rel.lhs - rel.rhs, rules)
     if time not in d.free_symbols or not symbols_of(d) - {TIME} <= set(constants):
         return None
     slope = sp.diff(d, time)
@@ -367,13 +362,19 @@ def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, 
     return tuple(out.values())
 
 
-def _constant_value(expr, names, rules, path, pid) -> float:
-    """The value of an initial assignment from constants and parameters alone."""
-    for _ in range(len(rules) + 1):  # substitute derived constants (acyclic)
+def _with_rules_substituted(expr, rules: Mapping[str, sp.Expr]):
+    """`expr` with the assignment rules (and derived constants) substituted to the end."""
+    for _ in range(len(rules) + 1):  # rules are acyclic: at most that deep
         inner = {sp.Symbol(n): rules[n] for n in symbols_of(expr) if n in rules}
         if not inner:
             break
         expr = expr.xreplace(inner)
+    return expr
+
+
+def _constant_value(expr, names, rules, path, pid) -> float:
+    """The value of an initial assignment from constants and parameters alone."""
+    expr = _with_rules_substituted(expr, rules)
     known = {sp.Symbol(n): sp.Float(v) for n, v in names.items() if not np.isnan(v)}
     value = sp.sympify(expr).xreplace(known)
     if value.free_symbols:

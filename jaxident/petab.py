@@ -310,10 +310,12 @@ def _load(yaml_path: str, name, allow_missing):
 
     # which estimated parameters are noise-only: they appear only among noise overrides
     noise_refs, other_refs = set(), set()
+    noise_names: dict[str, set] = {}  # per observable, the names its noise overrides use
     for _, row in meas_df.iterrows():
         for v in _overrides(row.get("noiseParameters")):
             if isinstance(v, str):
                 noise_refs.add(v)
+                noise_names.setdefault(row["observableId"], set()).add(v)
         for v in _overrides(row.get("observableParameters")):
             if isinstance(v, str):
                 other_refs.add(v)
@@ -349,11 +351,7 @@ def _load(yaml_path: str, name, allow_missing):
     )
     # so does one whose noise overrides name an estimated parameter (a scale factor that
     # is estimated for the observable too: `s_gel1;sigma` for `np1 * np2`)
-    by_estimated = {
-        row["observableId"]
-        for _, row in meas_df.iterrows()
-        if any(v in estimated for v in _overrides(row.get("noiseParameters")))
-    }
+    by_estimated = {oid for oid, used in noise_names.items() if used & set(estimated)}
     on_host = [
         oid not in by_estimated
         and not any(

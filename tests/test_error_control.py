@@ -285,12 +285,8 @@ def test_sensitivity_to_a_switching_time_against_the_closed_form(integ):
     np.testing.assert_allclose(y, _step_exact(th, t), rtol=1e-8)
 
 
-class _Dose(ji.ODEModel):
-    """`x' = -k x`, `x(0) = x0`, and a dose `x = x + D` at the event time `tau`."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "D", "tau", "x0"], [0.6, 3.0, 1.7, 1.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.array([0.5, 1.0, 1.7, 2.0, 3.0, 4.5]))
-    t0: float = 0.0
+class _Decaying(ji.ODEModel):
+    """`x' = -k x`, `x(0) = x0`, `y = x`: the base of the event models below."""
 
     def vector_field(self, t, x, theta):
         return -theta.k * x
@@ -300,6 +296,14 @@ class _Dose(ji.ODEModel):
 
     def output(self, t, x, theta):
         return x[0]
+
+
+class _Dose(_Decaying):
+    """A dose `x = x + D` at the event time `tau`."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "D", "tau", "x0"], [0.6, 3.0, 1.7, 1.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.array([0.5, 1.0, 1.7, 2.0, 3.0, 4.5]))
+    t0: float = 0.0
 
     def switching_times(self, theta):
         return jnp.stack([theta.tau])
@@ -359,22 +363,13 @@ def test_event_times_alone_get_their_sensitivity():
     assert np.abs(S - ref)[t != 1.7].max() <= 1e-8 * np.abs(ref).max()
 
 
-class _Refill(ji.ODEModel):
-    """`x' = -k x`, `x(0) = x0`; whenever `x` falls below `c`, a refill `x = x + D`
-    (the trigger `x < c`, root function `c - x`)."""
+class _Refill(_Decaying):
+    """Whenever `x` falls below `c`, a refill `x = x + D` (the trigger `x < c`, root
+    function `c - x`)."""
 
     parameters: ji.Parameters = ji.Parameters(["k", "x0", "c", "D"], [0.5, 4.0, 1.0, 1.5])
     times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.5, 13))
     t0: float = 0.0
-
-    def vector_field(self, t, x, theta):
-        return -theta.k * x
-
-    def initial_state(self, theta):
-        return jnp.stack([theta.x0])
-
-    def output(self, t, x, theta):
-        return x[0]
 
     def event_triggers(self, t, x, theta):
         return jnp.stack([theta.c - x[0]])

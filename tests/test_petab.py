@@ -466,18 +466,26 @@ def test_sbml_event_dose_against_the_closed_form(tmp_path):
         x = a / k + (0.5 - a / k) * np.exp(-k * t)
         return x + np.where(t >= td, D * np.exp(-k * (t - td)), 0.0)
 
+    fd = _against_the_closed_form(problem, path, exact)
+    assert np.abs(fd[:, 3]).max() > 0.5  # the dose time matters
+
+
+def _against_the_closed_form(problem, path, exact):
+    """The outputs (1e-7) and the sensitivities (sigma 0.1; 1e-6 of the largest) of a
+    one-condition problem against `exact(theta)` and its central differences, and the
+    log-likelihood against petab's; returns the differences."""
     th = np.asarray(problem.parameters.nominal)
     pred = ji.predict(problem)
     np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], exact(th), rtol=1e-7)
     h = 1e-6
-    fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(4)], 1)
+    fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(th.size)], 1)
     S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
-    assert np.abs(fd[:, 3]).max() > 0.5  # the dose time matters
     np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
     pp = petab.Problem.from_yaml(str(path))
     sim = ji.petab.simulation_table(problem, pred)
     llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
     np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+    return fd
 
 
 def test_sbml_event_triggered_by_the_state(tmp_path):
@@ -503,18 +511,8 @@ def test_sbml_event_triggered_by_the_state(tmp_path):
         last = tau1 + np.floor((t - tau1) / period) * period
         return np.where(t < tau1, 0.5 * np.exp(-k * t), (c + D) * np.exp(-k * (t - last)))
 
-    th = np.asarray(problem.parameters.nominal)
     assert int(np.floor((3.5 - np.log(0.5 / 0.3) / 0.7) / (np.log(0.7 / 0.3) / 0.7))) + 1 == 3
-    pred = ji.predict(problem)
-    np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], exact(th), rtol=1e-7)
-    h = 1e-6
-    fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(3)], 1)
-    S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
-    np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
-    pp = petab.Problem.from_yaml(str(path))
-    sim = ji.petab.simulation_table(problem, pred)
-    llh = petab.calculate_llh(pp.measurement_df, sim, pp.observable_df, pp.parameter_df)
-    np.testing.assert_allclose(float(pred.log_likelihood), llh, rtol=1e-8)
+    _against_the_closed_form(problem, path, exact)
 
 
 def test_noise_overrides_naming_estimated_scales(tmp_path):
