@@ -198,11 +198,7 @@ def test_lserc_graph_orders_lapack_calls():
             m.times,
             jnp.asarray(D),
             m.integrator,
-            ji.RelativeTolerance(1e-9),
-            1e-8,
-            True,
-            0.01,
-            1,
+            ji.LSERC(rank=ji.RelativeTolerance(1e-9)),
             False,
         )
 
@@ -222,3 +218,39 @@ def test_bad_arguments():
         ji.fix_parameters(m, {"theta5": 1.0})
     with pytest.raises(ValueError, match="nothing"):
         ji.fix_parameters(m, dict.fromkeys(m.parameters.names, 1.0))
+
+
+def test_singularity_probing_is_unit_free_with_relative_steps():
+    """Example 1 at theta* with theta2 and theta4 in units 1e4 and 1e-4 times the
+    original: relative steps (the default) move no parameter by more than eps of its
+    value per null vector, no probe fails, and theta3 alone is confirmed in every unit,
+    as the paper's absolute steps confirm it in the paper's units; the absolute step in
+    the new units moves theta2 by more than its own value and a probe's solve fails."""
+    m = ji.models.load("nonsmooth_dae_example")
+    for f in (1e-4, 1.0, 1e4):
+        other = ji.change_units(m, {"theta2": f, "theta4": 1 / f})
+        theta = np.asarray(m.THETA_STAR) / np.array([1.0, f, 1.0, 1 / f])
+        res = ji.lserc(other, theta, method=ji.LSERC(twin=0.0))
+        assert res.confirmed == ("theta3",) and res.n_failed_probes == 0
+        (level,) = res.probes
+        pts = np.asarray(level.theta)[np.asarray(res.probes_active[0])]
+        step = np.abs(pts - theta)[:, 1:] / np.abs(theta[1:])  # theta1 = 0: absolute step
+        assert 0 < step.max() <= 0.01 * 4  # at most eps per null vector, nullity <= 4
+    paper = ji.lserc(other, theta, method=ji.LSERC(twin=0.0, relative=False))
+    pts = np.asarray(paper.probes[0].theta)[np.asarray(paper.probes_active[0])]
+    assert np.max(np.abs(pts[:, 1] - theta[1])) > abs(theta[1])
+    assert paper.n_failed_probes >= 1 and "failed, left out" in repr(paper)
+
+
+def test_ivgtt_singularity_probing_in_seconds():
+    """IVGTT with output I (Example 4): the seven non-identifiable parameters at the
+    nominal point, each confirmed at all 104 singularity probes when the probing steps
+    are relative (absolute steps move p4 = 4.92e-6 2,000-fold; those solves took minutes
+    and confirmed nothing)."""
+    m = ji.models.load("ivgtt")
+    res = ji.lserc(m)
+    expected = ("p1", "p2", "p3", "p4", "p9", "p11", "p12")
+    assert res.non_identifiable == expected and res.confirmed == expected
+    assert int(np.sum(np.asarray(res.probes_active[0]))) == 104
+    (level,) = res.probes
+    assert np.all(np.asarray(level.ok))

@@ -38,9 +38,9 @@ def test_twin_directions_step_by_plus_epsilon():
 def test_singularity_probing_over_all_of_D_sing():
     """Stage S3 probes theta +- eps sum_k v_k for every rank-deficient direction, not
     only the first; Example 1 at theta* then confirms theta3 alone (Example 2's
-    Theta_lni = {theta3})."""
+    Theta_lni = {theta3}), with the paper's absolute step."""
     m = ji.models.load("nonsmooth_dae_example")
-    res = ji.lserc(m, m.THETA_STAR, method=ji.LSERC(twin=0.0))
+    res = ji.lserc(m, m.THETA_STAR, method=ji.LSERC(twin=0.0, relative=False))
     deficient = int(np.sum(np.asarray(res.reference.rank) < 4))
     assert deficient == 8  # every +-e_i direction is rank deficient at theta*
     (level,) = res.probes

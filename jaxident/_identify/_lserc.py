@@ -14,19 +14,13 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._checks import check_theta, check_times
 from .._context import clean_errors, on_error_mode, resolve_throw, run_kernel
-from .._forward import accuracy
 from .._linalg._nullspace import null_space, rref
-from .._linalg._rank import (
-    AbstractRankRule,
-    near_threshold,
-    NearThresholdWarning,
-    with_accuracy,
-)
+from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarning
 from .._model import AbstractModel, Integrator
 from .._nonsmooth import ld_jvp
 from .._sensitivity import directions_matrix
 from .._simulate import failure_message, raise_if_failed, solve, status
-from ._lserc_method import check_method, LSERC, probe_directions
+from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
 
 class Probe(eqx.Module):
@@ -57,11 +51,12 @@ class Probe(eqx.Module):
 
 
 @eqx.filter_jit
-def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, on_error):
+def _probe(model, theta, times, D, integrator, method: LSERC, on_error):
     """The L-SERC matrices of every direction in `D` at `theta`, their null spaces and
-    rref pivots. Jitted so that the singularity-probing levels reuse its trace (a DAE
-    solve costs seconds to trace); `on_error`, equinox's error mode while tracing, is
-    part of the cache key (see `jaxident._context.run_kernel`)."""
+    rref pivots, and per direction the step of singularity probing (stage S3) in the
+    parameters' units. Jitted so that the singularity-probing levels reuse its trace (a
+    DAE solve costs seconds to trace); `on_error`, equinox's error mode while tracing,
+    is part of the cache key (see `jaxident._context.run_kernel`)."""
     del on_error
     Ms = jax.vmap(directions_matrix)(D)
 
@@ -76,9 +71,9 @@ def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate,
         return jnp.where(ok, L, 0.0), ok, solved
 
     L, ok, solved = jax.vmap(one)(Ms)
-    ns = jax.vmap(null_space, in_axes=(0, None, None))(L, rank_rule, equilibrate)
+    ns = jax.vmap(null_space, in_axes=(0, None, None))(L, method.rank, method.equilibrate)
     A = jnp.where(ns.mask[:, :, None], jnp.swapaxes(ns.basis, -1, -2), 0.0)
-    ech = jax.vmap(lambda a: rref(a, rref_tol))(A)
+    ech = jax.vmap(lambda a: rref(a, method.rref_tol))(A)
     probe = Probe(
         theta=theta,
         directions=D,
@@ -88,9 +83,22 @@ def _probe(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate,
         partners=ech.partners & ok[:, None, None],
         ok=ok,
     )
-    raw = ns.raw_basis()
-    null_sum = jnp.sum(jnp.where(ns.mask[:, None, :], raw, 0.0), axis=-1)  # (d, p)
+    V = ns.raw_basis()  # (d, p, p), unit null vectors in the parameters' units
+    if method.relative:
+        # The same null space in relative coordinates u = v / |theta| (the null vectors
+        # of Upsilon_d diag|theta|), each of unit norm, mapped back: a step moves no
+        # parameter by more than eps_sing of its own value.
+        s = _relative_scale(theta)
+        U = V / s[:, None]
+        V = s[:, None] * (U / jnp.linalg.norm(U, axis=-2, keepdims=True))
+    null_sum = jnp.sum(jnp.where(ns.mask[:, None, :], V, 0.0), axis=-1)  # (d, p)
     return probe, null_sum, solved
+
+
+def _relative_scale(theta):
+    """`|theta_i|`, or 1 for a parameter at 0 (probed by an absolute step)."""
+    a = jnp.abs(theta)
+    return jnp.where(a > 0, a, 1.0)
 
 
 def _singularity_points(theta, null_sum, deficient, active, singular):
@@ -104,29 +112,43 @@ def _singularity_points(theta, null_sum, deficient, active, singular):
     return pts.reshape(-1, p), act.reshape(-1)
 
 
-def lserc_tree(model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q):
-    """The probe at `theta` and, level by level (`q` levels), the probes at the
-    singularity-probing points of every rank-deficient direction: each level is one
-    vmapped probe, so the compiled size does not grow with the number of directions."""
+def lserc_tree(model, theta, times, D, integrator, method: LSERC):
+    """The probe at `theta` and, level by level (`method.q` levels), the probes at the
+    singularity-probing points of every rank-deficient direction. The points of a level
+    are probed one after another (`lax.map`; each point's directions vmapped), so that
+    a point whose solves take many steps holds up no other, and the compiled size does
+    not grow with the number of directions."""
     mode = on_error_mode()
-    settings = (rank_rule, rref_tol, equilibrate, mode)
-    probe, null_sum, solved = _probe(model, theta, times, D, integrator, *settings)
+    probe, null_sum, solved = _probe(model, theta, times, D, integrator, method, mode)
     probes, active = [], []
-    if singular > 0 and q > 0:
+    if method.singular > 0 and method.q > 0:
         p = theta.shape[0]
         thetas = theta[None]
         sums = null_sum[None]
         deficient = ((probe.rank < p) & probe.ok)[None]
         act = jnp.ones((1,), bool)
-        for _ in range(q):
-            thetas, act = _singularity_points(thetas, sums, deficient, act, singular)
-            level, sums, _ = jax.vmap(
-                lambda th: _probe(model, th, times, D, integrator, *settings)
-            )(thetas)
+        for _ in range(method.q):
+            thetas, act = _singularity_points(thetas, sums, deficient, act, method.singular)
+            level, sums, _ = _probe_points(model, thetas, act, times, D, integrator, method, mode)
             deficient = (level.rank < p) & level.ok
             probes.append(level)
             active.append(act)
     return probe, tuple(probes), tuple(active), solved
+
+
+def _probe_points(model, thetas, active, times, D, integrator, method, mode):
+    """The probes at `thetas`, one point after another; an inactive point (its direction
+    was not rank deficient) is probed at the first active one instead, and its result is
+    discarded by the caller through `active`."""
+    thetas = jnp.where(active[:, None], thetas, thetas[jnp.argmax(active)])
+
+    def one(x):
+        th, a = x
+        probe = lambda th: _probe(model, th, times, D, integrator, method, mode)  # noqa: E731
+        skip = lambda th: jax.tree.map(jnp.zeros_like, jax.eval_shape(probe, th))  # noqa: E731
+        return jax.lax.cond(a, probe, skip, th)
+
+    return jax.lax.map(one, (thetas, active))
 
 
 class LSERCResult(eqx.Module):
@@ -146,7 +168,8 @@ class LSERCResult(eqx.Module):
 
     **Properties:** `identifiable`, `non_identifiable` (at `theta`: the union of the rref
     pivots over all directions), `isolated`, `pairwise` (`{name: partners}`),
-    `confirmed` (non-identifiable at `theta` and at every active probe),
+    `confirmed` (non-identifiable at `theta` and at every active probe whose solves
+    succeeded; `n_failed_probes` counts the others),
     `identifiable_at_theta` (full rank in every direction).
     """
 
@@ -197,13 +220,24 @@ class LSERCResult(eqx.Module):
 
     @property
     def confirmed(self) -> tuple[str, ...]:
-        """Non-identifiable at `theta` and at every active singularity probe."""
+        """Non-identifiable at `theta` and at every active singularity probe whose solves
+        all succeeded (a probe whose solve failed in some direction says nothing: see
+        `n_failed_probes`)."""
         m = self._mask().copy()
         for probe, active in zip(self.probes, self.probes_active):
-            act = np.asarray(active, bool)
+            act = np.asarray(active, bool) & np.all(np.asarray(probe.ok), axis=-1)
             if act.any():
                 m &= np.all(np.asarray(probe.non_identifiable)[act], axis=0)
         return tuple(n for n, b in zip(self.names, m) if b)
+
+    @property
+    def n_failed_probes(self) -> int:
+        """Active singularity probes where the sensitivity solve failed in some direction
+        (left out of `confirmed`)."""
+        return sum(
+            int(np.sum(np.asarray(a, bool) & ~np.all(np.asarray(p.ok), axis=-1)))
+            for p, a in zip(self.probes, self.probes_active)
+        )
 
     def direction_report(self, i: int) -> dict:
         """What direction `i` found: rank, singular values, pivots and partners."""
@@ -253,10 +287,12 @@ class LSERCResult(eqx.Module):
             for n, ps in self.pairwise.items():
                 lines.append(f"    pairwise         : {n} with {', '.join(ps)}")
         if self.probes:
+            failed = self.n_failed_probes
             lines.append(
                 f"  singularity probes : "
-                f"{sum(int(np.sum(np.asarray(a))) for a in self.probes_active)} active; "
-                f"confirmed non-identifiable: {', '.join(self.confirmed) or '(none)'}"
+                f"{sum(int(np.sum(np.asarray(a))) for a in self.probes_active)} active"
+                + (f" ({failed} failed, left out)" if failed else "")
+                + f"; confirmed non-identifiable: {', '.join(self.confirmed) or '(none)'}"
             )
         if not np.all(np.asarray(self.reference.ok)):
             lines.append("  WARNING: the sensitivity solve failed in some directions")
@@ -264,12 +300,8 @@ class LSERCResult(eqx.Module):
 
 
 @eqx.filter_jit
-def _lserc_jit(
-    model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q, throw
-):
-    ref, probes, active, solved = lserc_tree(
-        model, theta, times, D, integrator, rank_rule, rref_tol, equilibrate, singular, q
-    )
+def _lserc_jit(model, theta, times, D, integrator, method: LSERC, throw):
+    ref, probes, active, solved = lserc_tree(model, theta, times, D, integrator, method)
     ok0 = jax.tree.map(lambda x: x[0], solved)
     if throw is True:
         ref = eqx.tree_at(lambda r: r.rank, ref, raise_if_failed(model, ref.rank, ok0))
@@ -340,7 +372,8 @@ def lserc(
     times = check_times(model, times)
     D, kinds = probe_directions(model.parameters.p, method)
     integrator = model.integrator if integrator is None else integrator
-    rank = with_accuracy(method.rank, accuracy(model, integrator, theta.dtype))
+    method = at_accuracy(method, model, integrator, theta.dtype)
+    rank = method.rank
     ref, probes, active, _ = run_kernel(
         _lserc_jit,
         model,
@@ -348,11 +381,7 @@ def lserc(
         times,
         jnp.asarray(D),
         integrator,
-        rank,
-        method.rref_tol,
-        method.equilibrate,
-        float(method.singular),
-        method.q,
+        method,
         throw=resolve_throw(throw),
         message=lambda out: failure_message(model, out[3]),
     )

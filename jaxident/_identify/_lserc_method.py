@@ -5,7 +5,8 @@ import equinox as eqx
 import numpy as np
 
 from .._checks import check_model
-from .._linalg._rank import AbstractRankRule, RelativeTolerance
+from .._forward import accuracy
+from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 
 
 def _rows(directions) -> tuple[tuple[float, ...], ...] | None:
@@ -29,6 +30,14 @@ class LSERC(eqx.Module):
     - `singular`, `q`: `epsilon_sing` and depth of singularity probing (stage S3, against
       false negatives): the test is repeated at `theta +- epsilon sum_k v_k`, with `v_k`
       the null vectors of each rank-deficient direction (all of `D_sing`). 0 disables.
+    - `relative`: how the singularity-probing step is measured. `True` (default): relative
+      to each parameter, `theta_i (1 +- epsilon sum_k u_ki)` with `u_k` the unit null
+      vectors of `Upsilon_d diag|theta|` (the relative sensitivities; a parameter at 0
+      takes an absolute step): no parameter moves by more than `epsilon` of its own value
+      per null vector, whatever its units. `False`: `v_k` of unit norm in the parameters'
+      own units, Algorithm 1 as Abdelfattah et al. (2024) state it, which reproduces their
+      Examples 1-2 (`ji.LSERC(relative=False)`); a parameter much smaller than 1 then
+      moves by many times its value (IVGTT's `p4 = 4.92e-6` by 2,000-fold).
     - `rank`: the rank decision on each `Upsilon_d`, recorded in the result. It is taken
       on the column-equilibrated matrix (unit-free); the default `RelativeTolerance()`
       asks for no more digits than the sensitivities have (`10 rtol` of the integrator).
@@ -49,6 +58,7 @@ class LSERC(eqx.Module):
     rank: AbstractRankRule = RelativeTolerance()
     rref_tol: float = 1e-8
     equilibrate: bool = eqx.field(default=True, static=True)
+    relative: bool = eqx.field(default=True, static=True)
 
     def __check_init__(self):
         if not isinstance(self.rank, AbstractRankRule):
@@ -63,6 +73,12 @@ class LSERC(eqx.Module):
             raise ValueError(f"twin_partners must be 'next' or 'all', got {self.twin_partners!r}.")
         if not self.rref_tol > 0:
             raise ValueError(f"rref_tol must be positive, got {self.rref_tol}.")
+
+
+def at_accuracy(method: LSERC, model, integrator, dtype) -> LSERC:
+    """The settings with the rank rule at the accuracy of the sensitivities."""
+    rank = with_accuracy(method.rank, accuracy(model, integrator, dtype))
+    return eqx.tree_at(lambda m: m.rank, method, rank)
 
 
 def check_method(model, method) -> None:

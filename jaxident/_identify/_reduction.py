@@ -11,14 +11,12 @@ from jaxtyping import Array, ArrayLike
 
 from .._checks import check_times
 from .._context import clean_errors
-from .._forward import accuracy
-from .._linalg._rank import AbstractRankRule, with_accuracy
 from .._model import AbstractModel, Integrator
 from .._sampling import latin_hypercube
 from .._sweep import sweep
 from .._transforms import fix_parameters
 from ._lserc import lserc_tree
-from ._lserc_method import check_method, LSERC, probe_directions
+from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
 
 class Reduction(eqx.Module):
@@ -98,30 +96,21 @@ class _ReductionSample(eqx.Module):
     times: Array
     D: Array
     integrator: Integrator
-    rank: AbstractRankRule
-    rref_tol: float
-    equilibrate: bool = eqx.field(static=True)
-    singular: float
-    q: int
+    method: LSERC
     confirmed: bool = eqx.field(static=True)
 
     def __call__(self, theta):
+        # Without `confirmed`, the singularity probes would be computed for nothing.
+        method = self.method if self.confirmed else eqx.tree_at(lambda m: m.q, self.method, 0)
         ref, probes, active, _ = lserc_tree(
-            self.model,
-            theta,
-            self.times,
-            self.D,
-            self.integrator,
-            self.rank,
-            self.rref_tol,
-            self.equilibrate,
-            self.singular,
-            self.q,
+            self.model, theta, self.times, self.D, self.integrator, method
         )
         mask = ref.non_identifiable
         if self.confirmed:
             for pr, act in zip(probes, active):
-                mask = mask & jnp.all(jnp.where(act[:, None], pr.non_identifiable, True), axis=0)
+                # (a probe whose solve failed in some direction says nothing)
+                counted = act & jnp.all(pr.ok, axis=-1)
+                mask = mask & jnp.all(jnp.where(counted[:, None], pr.non_identifiable, True), 0)
         return mask, jnp.all(ref.ok)
 
 
@@ -190,11 +179,8 @@ def reduce_parameters(
     D, _ = probe_directions(p, method)
     D = jnp.asarray(D)
     integrator = model.integrator if integrator is None else integrator
-    rank = with_accuracy(method.rank, accuracy(model, integrator, samples.dtype))
-    one = _ReductionSample(
-        model, times, D, integrator, rank, method.rref_tol, method.equilibrate,
-        float(method.singular), method.q, bool(confirmed),
-    )  # fmt: skip
+    method = at_accuracy(method, model, integrator, samples.dtype)
+    one = _ReductionSample(model, times, D, integrator, method, bool(confirmed))
     res = sweep(
         one,
         samples,
