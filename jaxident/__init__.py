@@ -71,6 +71,7 @@ from ._model import (
     ODEModel as ODEModel,
     SensitivityEquations as SensitivityEquations,
 )
+from ._multistart import MultiStart as MultiStart
 from ._nonsmooth import (
     fsign as fsign,
     ld_jvp as ld_jvp,

@@ -15,6 +15,8 @@ from ._fit import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._linalg._rank import RelativeTolerance
 from ._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
 from ._model import AbstractModel, Integrator
+from ._multistart import estimate_problem, MultiStart
+from ._problem import Problem
 from ._simulate import Trajectory
 from ._solvers import LevenbergMarquardt, OptaxLD
 
@@ -240,10 +242,13 @@ class LeastSquares(eqx.Module):
 
 @clean_errors
 def estimate(
-    model: AbstractModel,
-    data: ArrayLike | Sequence | Trajectory,
+    model: AbstractModel | Problem,
+    data: ArrayLike | Sequence | Trajectory | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
+    starts: int | ArrayLike | Sequence | None = None,
+    key=None,
+    progress: bool = True,
     theta0: ArrayLike | dict | Sequence | None = None,
     free: Sequence[str] | ArrayLike | None = None,
     sigma: ArrayLike | Sequence | float | MeasurementError = 1.0,
@@ -252,11 +257,26 @@ def estimate(
     max_steps: int = 256,
     integrator: Integrator | None = None,
     throw: bool = True,
-) -> Estimate:
+) -> "Estimate | MultiStart":
     """Least-squares estimation of the model's parameters from measured outputs
-    (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24).
+    (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24);
+    or maximum-likelihood estimation of a problem's, from one or many starts.
 
-    **Arguments:**
+    **A problem** (`ji.estimate(problem, starts=100, key=...)`; a model with data becomes
+    one by `ji.Problem.from_model`): the negative log-likelihood (PEtab's, noise
+    parameters, Laplace noise and observable transformations included) is minimised over
+    the parameters on their estimation scales, inside their bounds, by a bounded
+    Levenberg-Marquardt with the Fisher information as its Hessian (Fisher scoring; the
+    gradient exact from the sensitivities). `starts`: `None` (one start at `theta0`,
+    default nominal), a number of Latin-hypercube starts in the bounds on the
+    estimation scale (drawn with `key`, default `jax.random.key(0)`), or an `(N, q)`
+    array of starts. The fits run one after another, each compiled once, with a
+    progress bar. Returns a `ji.MultiStart`: every fit sorted by negative
+    log-likelihood, the best first, with `n_at_best` (fits within 0.1 of the best) and
+    a waterfall plot (`.plot()`). Of the arguments below `theta0`, `max_steps` and
+    `integrator` apply.
+
+    **A model** (the arguments below):
 
     - `model`: the model whose `parameters` are estimated.
     - `data`: `(n_times, n_outputs)` measurements (or `(n_times,)` for one output), or a
@@ -292,6 +312,21 @@ def estimate(
     est.std_errors, est.confidence_intervals(0.95)
     ```
     """
+    if isinstance(model, Problem) or starts is not None:
+        if isinstance(model, Problem):
+            if data is not None or times is not None:
+                raise TypeError("A problem holds its data and times: give neither.")
+            problem = model
+        else:
+            if data is None:
+                raise TypeError("Give the data to estimate from.")
+            data = data.ys if isinstance(data, Trajectory) else data
+            problem = Problem.from_model(model, data, times, sigma)
+        return estimate_problem(problem, starts=starts, key=key, theta0=theta0,
+                                max_steps=max_steps, integrator=integrator,
+                                progress=progress)  # fmt: skip
+    if data is None:
+        raise TypeError("Give the data to estimate from.")
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)
     est = problem.fit(problem.theta0, free, solver, max_steps)
     if throw and is_traced(est):  # under a caller's jit or vmap: checked at run time

@@ -185,6 +185,12 @@ class AbstractModel(eqx.Module):
 
     Every model has `parameters` (a `Parameters`), a default observation grid `times` and
     an initial time `t0`. Subclass `ODEModel` or `DAEModel` rather than this class.
+
+    Optional class attributes: `description` (one line, for `jaxident models`),
+    `state_names` (one name per state, e.g. `("S", "I", "R")`: what
+    `ji.free_initial_state(model, states=[...])` and `jaxident analyze
+    --free-initial-states` name, and the labels of simulations), `output_names` (one per
+    output) and `integrator` (the default `ji.Integrator`, e.g. a stiff solver).
     """
 
     parameters: eqx.AbstractVar[Parameters]

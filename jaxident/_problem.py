@@ -308,6 +308,27 @@ class Problem(eqx.Module):
         )
         self.name = name
 
+    @classmethod
+    def from_model(
+        cls,
+        model: AbstractModel,
+        data: ArrayLike | None = None,
+        times: ArrayLike | Sequence[float] | None = None,
+        sigma: float | ArrayLike | MeasurementError = 1.0,
+        *,
+        name: str = "",
+    ) -> "Problem":
+        """A model alone as a problem of one experiment: its outputs measured at `times`
+        (default `model.times`) as `data` (`(n_times, n_outputs)`, NaN where missing;
+        `None` for a design study) with standard deviations `sigma` (see
+        `ji.Experiment`); the parameters, their nominal values and bounds the model's,
+        every one estimated on the linear scale."""
+        times = getattr(model, "times", None) if times is None else times
+        if times is None:
+            raise ValueError(f"{type(model).__name__} has no default times: give times.")
+        experiment = Experiment(np.asarray(times, dtype=float), data, sigma)
+        return cls(model, experiment, name=name or type(model).__name__)
+
     @property
     def model_file(self) -> str | None:
         """The SBML file of an imported model, else `None`."""

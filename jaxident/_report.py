@@ -5,6 +5,7 @@ off the null space on the log scale, linear combinations otherwise), the column 
 selection with its metrics, and practical identifiability from the noise model."""
 
 import math
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -18,6 +19,7 @@ from ._linalg._rank import (
     _decision,
     AbstractRankRule,
     near_threshold,
+    NearThresholdWarning,
     RelativeTolerance,
     support_threshold,
     with_accuracy,
@@ -92,7 +94,6 @@ def _combinations(names, N, monomial: bool, log_units: bool):
     """What the data determine about a group with null directions `N` (`g x d`, log
     units where `log_scale`): monomials `prod theta_i^a_i` with small integers `a`
     orthogonal to every null direction, else linear combinations."""
-    import sympy as sp
 
     g, d = N.shape
     if g == d:
@@ -100,19 +101,15 @@ def _combinations(names, N, monomial: bool, log_units: bool):
     if monomial:
         rows = [_integer_vector(r) for r in _echelon(N.T)]
         if all(r is not None for r in rows):
-            texts, exps = [], []
-            for b in sp.Matrix([[int(x) for x in r] for r in rows]).nullspace():
-                den = sp.ilcm(*[sp.fraction(x)[1] for x in b])
-                a = np.array([int(x * den) for x in b])
-                a = a // np.gcd.reduce(np.abs(a[a != 0]))
-                if a[np.flatnonzero(a)[0]] < 0:
-                    a = -a
-                if np.abs(N.T @ a).max() > 1e-6 * np.linalg.norm(a):
-                    break
-                texts.append(_monomial(names, a))
-                exps.append(a)
-            else:
-                return tuple(texts), np.array(exps, dtype=int)
+            M = np.array([[int(x) for x in r] for r in rows])
+            # two bases of the same lattice, from the parameters in their order and in
+            # reverse (sympy frees the last variables): the one with fewer divisions
+            # reads best (`N*k, I*k, S*k` rather than `S/I, S/N, S*k`)
+            bases = [_monomial_basis(M, N, order) for order in (np.arange(g), np.arange(g)[::-1])]
+            bases = [b for b in bases if b is not None]
+            if bases:
+                best = min(bases, key=lambda b: int(np.sum(b < 0)))
+                return tuple(_monomial(names, a) for a in best), best
     texts = []
     for c in _complement(N).T:
         c = c / np.abs(c).max()
@@ -120,6 +117,26 @@ def _combinations(names, N, monomial: bool, log_units: bool):
         terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
         texts.append(f"locally {terms}")
     return tuple(texts), None
+
+
+def _monomial_basis(M, N, order):
+    """Integer exponent vectors spanning the null space of the integer matrix `M` (the
+    monomials orthogonal to the null directions `N`), computed with the columns in
+    `order`; `None` if one is not orthogonal to `N` (rounding in `M`)."""
+    import sympy as sp
+
+    out = []
+    for b in sp.Matrix(M[:, order].tolist()).nullspace():
+        den = sp.ilcm(*[sp.fraction(x)[1] for x in b])
+        a = np.zeros(len(order), dtype=int)
+        a[order] = [int(x * den) for x in b]
+        a = a // np.gcd.reduce(np.abs(a[a != 0]))
+        if a[np.flatnonzero(a)[0]] < 0:
+            a = -a
+        if np.abs(N.T @ a).max() > 1e-6 * np.linalg.norm(a):
+            return None
+        out.append(a)
+    return np.array(out, dtype=int)
 
 
 def _monomial(names, a) -> str:
@@ -239,7 +256,16 @@ def analyze(
       sensitivities); `method`: the column subset selection (default `StrongRRQR()`).
     - `threshold`: in decades: an identifiable parameter whose standard deviation
       exceeds it (one decade by default, i.e. a 1-sigma interval wider than a factor 10
-      either way) is flagged as practically non-identifiable.
+      either way) is flagged as practically non-identifiable. A parameter at 0 on a
+      linear scale has no size to measure decades by: its standard deviation is
+      reported as it is, and not flagged.
+    - `sigma`: for a model, its noise model (see `target`); without it every datum has
+      sigma = 1 and the standard deviations, and so the practical verdicts, scale with
+      the true noise level (the report says so).
+    - `integrator`: a `ji.Integrator` for the sensitivities (default the model's; a
+      smaller `rtol` gives more accurate sensitivities where a decision is a close call).
+    - `name`: the report's title (default the problem's or the model's name).
+    - `progress`: a progress bar for the profiles.
 
     Non-identifiable directions are found on the log scale of each parameter (for a
     parameter estimated on a linear scale, the column is multiplied by its value). A
@@ -272,13 +298,24 @@ def analyze(
     th = np.asarray(check_theta(problem, theta), dtype=float)
     rank = with_accuracy(RelativeTolerance() if rank is None else rank, sens.accuracy)
     S_log, log_ok = _log_columns(S, th, problem.scales)
-    est = estimability(S_log, names, rank=rank)
+    with warnings.catch_warnings():  # one decision, one warning (below)
+        warnings.simplefilter("ignore", NearThresholdWarning)
+        est = estimability(S_log, names, rank=rank)
+        selection = select_parameters(sens, method=method, rank=rank)
     p = len(names)
     k = p - est.nullity
     s = np.asarray(est.singular_values)
     rel = s / s[0] if s[0] > 0 else s
     margin = float(s[k - 1] / s[k]) if 0 < k < p and s[k] > 0 else math.inf
     near, near_msg = near_threshold(rank, s, S_log.shape)
+    if near:
+        warnings.warn(
+            f"analyze: the numerical rank is close to the threshold ({near_msg}); a change "
+            "of the tolerance or more accurate sensitivities (integrator=ji.Integrator(..., "
+            "rtol=...)) may change the decision.",
+            NearThresholdWarning,
+            stacklevel=2,
+        )
     non_id = tuple(n for n in names if n not in est.estimable)
     groups = []
     if est.nullity:
@@ -310,7 +347,6 @@ def analyze(
             symmetric = bool(np.all(log_ok[idx]) and off < 1e-4)
             texts, exps = _combinations(g, Ng, symmetric, bool(np.all(log_ok[idx])))
             groups.append(Group(tuple(g), Ng, texts, exps is not None, exps))
-    selection = select_parameters(sens, method=method, rank=rank)
     # practical identifiability: the Fisher information with the non-identifiable
     # parameters held fixed, on the subspace the rank rule resolves
     keep = [i for i, n in enumerate(names) if n not in non_id]

@@ -108,6 +108,8 @@ class Report(eqx.Module):
     def to_dict(self) -> dict:
         def num(x):
             x = float(x)
+            if math.isnan(x):
+                return None
             return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
 
         return {
@@ -199,9 +201,10 @@ class Report(eqx.Module):
             f"  column subset selection ({type(self.selection.method).__name__}, "
             f"k={sel['k']}): " + ", ".join(sel["identifiable"])
         )
-        lines.append(
-            f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {fmt(sel['gamma2'])}, tau {fmt(sel['tau'])}"
-        )
+        g2 = fmt(sel["gamma2"])
+        if sel["gamma2"] is None:
+            g2 += " (k = p)" if sel["k"] == p else " (sigma_(k+1) at rounding level)"
+        lines.append(f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {g2}, tau {fmt(sel['tau'])}")
         if self.n_data < p:
             lines.append(
                 f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "
@@ -211,6 +214,11 @@ class Report(eqx.Module):
         lines.append(
             f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
         )
+        if not self.noise_model:
+            lines.append(
+                "    (every datum with sigma = 1: the standard deviations scale with the true "
+                "noise level; give sigma= or a problem with its noise model)"
+            )
         w = max(len(n) for n in self.names)
         dec = self.decades
         for i, n in enumerate(self.names):
@@ -219,9 +227,14 @@ class Report(eqx.Module):
                 flag = "  non-identifiable"
             elif dec[i] > self.threshold:
                 flag = "  PRACTICALLY NON-IDENTIFIABLE"
+            size = (
+                f"{float(dec[i]):.3g} decades"
+                if np.isfinite(dec[i]) or np.isinf(self.std[i])
+                else "at 0: no decades"
+            )
             lines.append(
                 f"    {n:<{w}}  {self.scales[i]:>5} {float(self.theta[i]):>11.4g}  "
-                f"std {float(self.std[i]):.3g} ({float(dec[i]):.3g} decades){flag}"
+                f"std {float(self.std[i]):.3g} ({size}){flag}"
             )
         verdict = {True: "confirmed: flat", False: "NOT confirmed: it rises", None: "failed"}
         for n, prof in self.profiles.items():
@@ -266,5 +279,6 @@ def decades(std, theta, scales) -> np.ndarray:
         elif sc == "log":
             out.append(s / math.log(10))
         else:
-            out.append(s / (abs(t) * math.log(10)) if t != 0 else s)
+            # a parameter at 0 has no size to measure decades by
+            out.append(s / (abs(t) * math.log(10)) if t != 0 else math.nan)
     return np.asarray(out, dtype=float)

@@ -1,5 +1,5 @@
 """The `jaxident` command: `jaxident models`, `jaxident analyze MODEL | problem.yaml |
-file.py:Class`."""
+file.py:Class`, `jaxident fit problem.yaml --starts N`."""
 
 import argparse
 import json
@@ -162,28 +162,112 @@ def load_target(name: str):
         ) from None
 
 
+def _integrator(model, rtol: float):
+    """The model's own solver (a stiff one where it declares it), at `rtol`."""
+    import jaxident as ji
+
+    return ji.Integrator(model.integrator.solver, rtol=rtol, atol=rtol * 1e-2)
+
+
+def _fit(args, problem, starts: int):
+    import jax
+    import numpy as np
+
+    import jaxident as ji
+
+    if starts < 1:
+        raise _UsageError(f"the number of starts must be positive, got {starts}.")
+    fits = ji.estimate(
+        problem,
+        starts=starts,
+        key=jax.random.key(args.seed),
+        max_steps=args.max_steps,
+        integrator=_integrator(problem.model, args.solver_rtol),
+        progress=not args.quiet,
+    )
+    if not np.isfinite(fits.best_nll):
+        raise _UsageError(f"all {starts} fits failed (the model could not be solved).")
+    return fits
+
+
 def _analyze_problem(args, problem) -> int:
     import jaxident as ji
 
     if args.samples:
         raise _UsageError(
-            "--samples is for models; a PEtab problem is analysed at its nominal values."
+            "--samples is for models; a PEtab problem is analysed at one point (its "
+            "nominal values, or the best fit with --fit)."
         )
     _validate(args, problem.parameters.p)
     t0 = time.perf_counter()
-    rtol = args.solver_rtol
-    integrator = ji.Integrator(problem.model.integrator.solver, rtol=rtol, atol=rtol * 1e-2)
+    theta, report = None, {}
+    if args.fit:
+        fits = _fit(args, problem, args.fit)
+        theta, report["fit"] = fits.best, fits.to_dict()
+        print(fits)
+        print(
+            f"\nAnalysed at the best fit (log-likelihood {fits.log_likelihood:.6g}, reached "
+            f"within {fits.tol:g} by {fits.n_at_best} of {args.fit} starts).\n"
+        )
+    else:
+        print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
     rep = ji.analyze(
         problem,
+        theta,
         method=_method(args),
         rank=_rank(args),
         threshold=args.threshold,
-        integrator=integrator,
+        integrator=_integrator(problem.model, args.solver_rtol),
     )
     print(rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
-    _write(args, rep.to_dict(), lambda: rep.plot())
+    report["at"] = "best fit" if args.fit else "nominal"
+    _write(args, {**report, **rep.to_dict()}, lambda: rep.plot())
     return 0
+
+
+def cmd_fit(args) -> int:
+    import jaxident as ji
+
+    problem = load_target(args.model)
+    if not isinstance(problem, ji.Problem):
+        raise _UsageError(
+            "fit needs data: give a PEtab problem (problem.yaml); in Python, "
+            "ji.estimate(ji.Problem.from_model(model, data, times, sigma), starts=N)."
+        )
+    t0 = time.perf_counter()
+    fits = _fit(args, problem, args.starts)
+    print(fits)
+    print(f"({time.perf_counter() - t0:.1f}s)")
+    _write(args, fits.to_dict(), lambda: fits.plot().figure)
+    return 0
+
+
+def _free_initial_states(model, spec: str):
+    """The model with the initial values of the states named in `spec` (comma
+    separated, or `all`) as parameters."""
+    import jaxident as ji
+
+    if not isinstance(model, ji.ODEModel):
+        raise _UsageError(
+            f"--free-initial-states needs an ODE model; {type(model).__name__} is not one."
+        )
+    if spec.strip().lower() == "all":
+        return ji.free_initial_state(model)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    known = model.state_names
+    if not known:
+        raise _UsageError(
+            f"{type(model).__name__} has no state_names (a class attribute, one name per "
+            "state); give --free-initial-states all, or name the states in the model."
+        )
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise _UsageError(
+            f"--free-initial-states: unknown state(s) {unknown or spec!r}; "
+            f"{type(model).__name__}'s states are {', '.join(known)} (or give all)."
+        )
+    return ji.free_initial_state(model, states=names)
 
 
 def _write(args, report: dict, figure) -> None:
@@ -207,23 +291,39 @@ def cmd_analyze(args) -> int:
 
     model = load_target(args.model)
     if isinstance(model, ji.Problem):
+        if args.free_initial_states:
+            raise _UsageError(
+                "--free-initial-states is for models; in a PEtab problem, estimate the "
+                "initial values as parameters (the condition or parameter table)."
+            )
         return _analyze_problem(args, model)
+    title = type(model).__name__
+    if args.free_initial_states:
+        model = _free_initial_states(model, args.free_initial_states)
+        title += f" (initial {args.free_initial_states} unknown)"
     p = model.parameters.p
     _validate(args, p)
     method, rank = _method(args), _rank(args)
-    # the model's own solver (a stiff one where it declares it), at --solver-rtol
-    integrator = ji.Integrator(
-        model.integrator.solver, rtol=args.solver_rtol, atol=args.solver_rtol * 1e-2
-    )
+    if args.fit:
+        raise _UsageError(
+            "--fit needs data: give a PEtab problem (problem.yaml); a model is analysed at "
+            "its nominal values."
+        )
+    integrator = _integrator(model, args.solver_rtol)
 
     sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
     sel = ji.select_parameters(sens, method=method, rank=rank, k=args.k)
     about = ji.models.available().get(args.model.lower(), model.description or args.model)
-    print(f"{type(model).__name__}: {about}")
+    print(f"{title}: {about}")
     print(f"S: {sens.matrix.shape[0]} rows (times x outputs), {p} parameters, scale={args.scale}")
     print(sel)
     rep = ji.analyze(
-        model, method=method, rank=rank, threshold=args.threshold, integrator=integrator
+        model,
+        method=method,
+        rank=rank,
+        threshold=args.threshold,
+        integrator=integrator,
+        name=title,
     )
     print()
     print(rep)
@@ -347,8 +447,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="practical identifiability: flag a parameter whose standard deviation exceeds "
         "this many decades (default 1)",
     )
+    a.add_argument(
+        "--fit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a PEtab problem: estimate it from N Latin-hypercube starts first and analyse "
+        "at the best fit (default: at the nominal values)",
+    )
+    a.add_argument("--max-steps", type=int, default=200, help="steps per fit (with --fit)")
+    a.add_argument(
+        "--free-initial-states",
+        default=None,
+        metavar="S,I|all",
+        help="a model: treat the initial values of these states (by the model's "
+        "state_names, comma separated, or all) as unknown parameters",
+    )
     a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
+
+    f = sub.add_parser(
+        "fit",
+        help="maximum-likelihood estimation of a PEtab problem from many starts",
+        description="Multi-start estimation: Latin-hypercube starts in the parameters' "
+        "bounds on their estimation scales, each fitted by a bounded Levenberg-Marquardt "
+        "on the negative log-likelihood (Fisher scoring); prints the best fit and how many "
+        "starts reached it; --plot writes the waterfall plot.",
+    )
+    f.add_argument("model", help="a PEtab problem (problem.yaml)")
+    f.add_argument("--starts", type=int, default=20, help="number of starts (default 20)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the starts")
+    f.add_argument("--max-steps", type=int, default=200, help="steps per fit")
+    f.add_argument("--solver-rtol", type=float, default=1e-8, help="ODE solver rtol")
+    f.add_argument("--plot", default=None, help="write the waterfall plot (PNG, PDF, ...)")
+    f.add_argument("--json", default=None, help="write every fit as JSON")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.set_defaults(func=cmd_fit)
     return parser
 
 

@@ -185,13 +185,25 @@ def _check_tables(yaml_path, par_df, meas_df):
             )
 
 
-def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing: bool = False):
+def load(
+    yaml_path: str | os.PathLike,
+    *,
+    name: str | None = None,
+    allow_missing: bool = False,
+    estimate_noise: bool = False,
+):
     """Load a PEtab problem (format version 1) as a `ji.Problem`.
 
     The problem is first checked by `petab`'s own linter (`petab.v1.lint_problem`): a
     problem it rejects is refused with its findings. Measurements that are NaN or empty
     are an error naming the rows, unless `allow_missing=True` (then they are left out,
     with a warning). PEtab v2 files are refused.
+
+    Estimated parameters that enter only the noise model are held at their nominal
+    values (`problem.noise_parameters`: an identifiability analysis at given noise
+    levels); with `estimate_noise=True` they are parameters of the problem like the
+    others, their noise formulas outputs of the model (for `ji.estimate`, which fits
+    every parameter the PEtab problem estimates).
 
     A problem loaded once is kept beside the compilation cache (`jaxident-problems/`),
     under a key of the bytes of every file of the problem, the arguments and the
@@ -208,7 +220,7 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     parse, the linter's findings, or the table, row and column of an inconsistency.
     """
     yaml_path = os.fspath(yaml_path)
-    key = _load_key(yaml_path, name, allow_missing)
+    key = _load_key(yaml_path, name, allow_missing, estimate_noise)
     folder = _exported.cache_folder("jaxident-problems")
     file = None if key is None or folder is None else folder / f"{key}.pickle"
     if file is not None and file.exists():
@@ -222,7 +234,7 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
             return problem
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        problem = _load(yaml_path, name, allow_missing)
+        problem = _load(yaml_path, name, allow_missing, estimate_noise)
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if file is not None:
@@ -231,7 +243,7 @@ def load(yaml_path: str | os.PathLike, *, name: str | None = None, allow_missing
     return problem
 
 
-def _load_key(yaml_path: str, name, allow_missing) -> str | None:
+def _load_key(yaml_path: str, name, allow_missing, estimate_noise) -> str | None:
     """The key of a loaded problem: every file the YAML names, by its bytes, the
     arguments and the versions that the import depends on; `None` where the YAML
     cannot be read (the full load then says why)."""
@@ -260,12 +272,12 @@ def _load_key(yaml_path: str, name, allow_missing) -> str | None:
             h.update(f"{lib}={importlib.metadata.version(lib)}".encode())
         except importlib.metadata.PackageNotFoundError:
             h.update(f"{lib}=?".encode())
-    h.update(f"{os.path.abspath(yaml_path)}|{name!r}|{allow_missing!r}".encode())
+    h.update(f"{os.path.abspath(yaml_path)}|{name!r}|{allow_missing!r}|{estimate_noise!r}".encode())
     h.update(_exported.environment().encode())
     return h.hexdigest()
 
 
-def _load(yaml_path: str, name, allow_missing):
+def _load(yaml_path: str, name, allow_missing, estimate_noise):
     import pandas as pd
 
     from ._problem import Experiment, Problem
@@ -335,7 +347,11 @@ def _load(yaml_path: str, name, allow_missing):
     species_ids = {s.getId() for s in sbml.getListOfSpecies()}
     compartment_ids = {c.getId() for c in sbml.getListOfCompartments()}
     other_refs |= sbml_ids
-    noise_only = tuple(p for p in par_df.index[est] if p in noise_refs and p not in other_refs)
+    noise_only = tuple(
+        p
+        for p in par_df.index[est]
+        if p in noise_refs and p not in other_refs and not estimate_noise
+    )
     estimated = [p for p in par_df.index[est] if p not in noise_only]
 
     # extra parameters: placeholders and PEtab parameters the SBML file lacks

@@ -227,6 +227,33 @@ def stepwise(result, ax=None):
     return ax
 
 
+def waterfall(fits, ax=None):
+    """A multi-start estimation (`ji.estimate(problem, starts=N)`): each fit's negative
+    log-likelihood above the best, plus 1, on a log axis, sorted; the fits within
+    `fits.tol` of the best in blue, failed fits (infinite) left out."""
+    ax = _axes(ax)
+    nll = np.asarray(fits.nll, float)
+    finite = np.isfinite(nll)
+    idx = np.arange(1, nll.size + 1)
+    above = nll - nll[0] + 1.0
+    best = finite & (nll <= nll[0] + fits.tol)
+    ax.semilogy(idx[finite], above[finite], "-", color="0.6", zorder=1)
+    ax.semilogy(idx[best], above[best], "o", color="tab:blue", zorder=2,
+                label=f"within {fits.tol:g} of the best ({int(best.sum())})")  # fmt: skip
+    rest = finite & ~best
+    if rest.any():
+        ax.semilogy(idx[rest], above[rest], "o", color="tab:red", zorder=2, label="other optima")
+    ax.set_xlabel("start (sorted)")
+    ax.set_ylabel("negative log-likelihood - best + 1")
+    failed = int((~finite).sum())
+    more = f", {failed} failed" if failed else ""
+    ax.set_title(f"{nll.size} starts: best log-likelihood {-nll[0]:.6g}{more}")
+    ax.legend(frameon=False, fontsize="small", loc="upper left")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.figure.tight_layout()
+    return ax
+
+
 def report(rep, *, title: str | None = None):
     """The figure of a `ji.analyze` report: the singular values of the equilibrated
     sensitivity matrix (the rank marked), and each parameter's standard deviation in

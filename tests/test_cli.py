@@ -51,3 +51,17 @@ def test_analyze_errors(capsys):
     assert cli.main(["analyze", "nosuch"]) == 2
     assert "Unknown model" in capsys.readouterr().err
     assert cli.main(["analyze", "svir", "--k", "9"]) == 2
+
+
+def test_analyze_with_free_initial_states(capsys):
+    """`--free-initial-states S,I`: the initial values join the parameters (by the
+    model's state_names); an unknown name is one line naming the states."""
+    assert cli.main(["analyze", "sir", "--free-initial-states", "S,I"]) == 0
+    out = capsys.readouterr().out
+    assert "SIR (initial S,I unknown)" in out and "4 parameters" in out
+    line = next(x for x in out.splitlines() if x.startswith("  identifiable     : "))
+    assert set(line.split(": ")[1].split(", ")) == {"S", "I", "beta", "gamma"}
+    assert cli.main(["analyze", "sir", "--free-initial-states", "all"]) == 0
+    assert "5 parameters" in capsys.readouterr().out
+    assert cli.main(["analyze", "sir", "--free-initial-states", "Q"]) == 2
+    assert "SIR's states are S, I, R" in capsys.readouterr().err

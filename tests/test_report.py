@@ -408,3 +408,54 @@ def test_sensitivities_that_fail_where_the_simulation_works_say_so():
     ji.predict(problem)  # the simulation is fine
     with pytest.raises(RuntimeError, match=r"simulation of .* succeeds, but its sensitiv"):
         ji.problem_sensitivity(problem)
+
+
+def test_monomials_read_as_products_where_they_can():
+    """The symmetry (S, I, N, k) -> (c S, c I, c N, k / c): the identifiable monomials
+    are written as products (`N*k, I*k, S*k`), not on the first parameter as base
+    (`S/I, S/N, S*k`); each is orthogonal to the null direction (closed form)."""
+    from jaxident._report import _combinations
+
+    a = np.array([1.0, 1.0, 1.0, -1.0]) / 2.0
+    texts, exps = _combinations(("S", "I", "N", "k"), a[:, None], True, True)
+    assert set(texts) == {"N*k", "I*k", "S*k"}
+    assert np.all(exps >= 0) and np.all(exps @ a == 0)
+    # where a division is needed (a ~ (1, 1)), it stays one
+    texts, exps = _combinations(("a", "b"), np.array([[1.0], [1.0]]) / 2**0.5, True, True)
+    assert texts == ("a/b",) and exps.tolist() == [[1, -1]]
+
+
+class _Shifted(Decay):
+    """y = exp(-k t) / V + shift, shift at 0."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k", "V", "shift"], [0.3, 2.0, 0.0], [0.1, 1.0, -1.0], [1.0, 4.0, 1.0]
+    )
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V + th.shift
+
+
+def test_report_without_noise_model_parameter_at_zero_and_one_warning():
+    """A parameter at 0 on a linear scale has no decades (its std is printed as it is
+    and not flagged); without a noise model the report says sigma = 1 was assumed; a
+    close rank decision warns once, not once per inner analysis."""
+    import warnings
+
+    model = _Shifted()
+    prob = ji.Problem(model, ji.Experiment(np.array([0.5, 1.0, 2.0, 4.0]), sigma=0.1))
+    rep = ji.analyze(prob)
+    assert np.isnan(rep.decades[2]) and "at 0: no decades" in str(rep)
+    assert rep.to_dict()["std_decades"]["shift"] is None
+    text = str(ji.analyze(model))
+    assert "every datum with sigma = 1" in text and "gamma2 n/a (k = p)" in text
+    # a rank decision within a factor 10 of the threshold: one warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rep = ji.analyze(model, rank=ji.RelativeTolerance(float(rep.singular_values[-1]) * 3))
+    near = [w for w in caught if issubclass(w.category, ji.NearThresholdWarning)]
+    assert len(near) == 1 and "analyze" in str(near[0].message)
+    assert rep.near_threshold is not None and "CLOSE CALL" in str(rep)

@@ -194,9 +194,14 @@ def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
         dropped = s[k] if k < s.size else 0.0
         near = kept < factor * tol or dropped > tol / factor
         if near:
+            after = (
+                f" and sigma_{k + 1}/sigma_1 = {dropped / s[0]:.2e}"
+                if k < s.size
+                else " (full rank: no sigma_" + f"{k + 1})"
+            )
             return True, (
-                f"rank {k}: sigma_{k}/sigma_1 = {kept / s[0]:.2e} and sigma_{k + 1}/sigma_1 = "
-                f"{dropped / s[0]:.2e} against the threshold {tol / s[0]:.2e}*sigma_1"
+                f"rank {k}: sigma_{k}/sigma_1 = {kept / s[0]:.2e}{after} against the "
+                f"threshold {tol / s[0]:.2e}*sigma_1"
             )
         return False, ""
     if 0 < k < s.size and s[k] > 0 and s[k - 1] / s[k] < factor:

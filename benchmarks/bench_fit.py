@@ -1,0 +1,164 @@
+"""Multi-start estimation of PEtab problems, jaxident against pyPESTO (fides, a
+trust-region Newton method with the Fisher information, on AMICI's forward
+sensitivities): the same Latin-hypercube starts in the same bounds on the estimation
+scales, every estimated parameter fitted (noise parameters included), both on one core.
+Reported: the best negative log-likelihood, the starts that converged (within 0.1 of the
+best either tool found), the wall time of the fits (compilation and the AMICI build
+apart) and converged starts per minute.
+
+pyPESTO and AMICI are not dependencies: give the Python of an environment where
+`pip install amici swig petab pypesto fides` worked (`--pypesto-python`; AMICI builds
+C++ per model, about a minute per model here, apart from the timed fits). Without it the
+pyPESTO rows are left out and say why.
+
+    python benchmarks/bench_fit.py --starts 100 --pypesto-python /tmp/amici-venv/bin/python
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import tempfile
+import time
+
+
+PYPESTO_SCRIPT = r"""
+import json, logging, sys, time
+import numpy as np
+import petab.v1 as petab
+import pypesto, pypesto.engine, pypesto.optimize as optimize, pypesto.petab
+
+yaml_path, starts_file, names_file, folder = sys.argv[1:5]
+logging.disable(logging.WARNING)
+problem = petab.Problem.from_yaml(yaml_path)
+t0 = time.perf_counter()
+importer = pypesto.petab.PetabImporter(problem, output_folder=folder, model_name="bench_fit")
+pp = importer.create_problem()
+build = time.perf_counter() - t0
+solver = pp.objective.amici_solver
+solver.set_relative_tolerance(1e-8)
+solver.set_absolute_tolerance(1e-10)
+names = json.load(open(names_file))
+starts = np.load(starts_file)
+nominal = np.asarray(problem.get_x_nominal(scaled=True))
+full = np.tile(nominal, (starts.shape[0], 1))
+for j, n in enumerate(names):
+    full[:, pp.x_names.index(n)] = starts[:, j]
+pp.set_x_guesses(full)
+optimizer = optimize.FidesOptimizer(verbose=logging.ERROR)
+t0 = time.perf_counter()
+res = optimize.minimize(pp, optimizer, n_starts=starts.shape[0], progress_bar=False,
+                        engine=pypesto.engine.SingleCoreEngine(), filename=None)
+wall = time.perf_counter() - t0
+fvals = [float(r.fval) for r in res.optimize_result.list]
+print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals}))
+"""
+
+
+def jaxident_rows(yaml_path: str, n: int, seed: int):
+    import jax
+    import numpy as np
+
+    import jaxident as ji
+
+    problem = ji.petab.load(yaml_path, estimate_noise=True)
+    starts = np.asarray(
+        ji.latin_hypercube(jax.random.key(seed), problem.parameters, n), dtype=float
+    )
+    t0 = time.perf_counter()
+    ji.estimate(problem, starts=starts[:1], progress=False)  # compiles the fit kernel
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fits = ji.estimate(problem, starts=starts, progress=False)
+    wall = time.perf_counter() - t0
+    nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
+    out = {
+        "parameters": problem.parameters.p,
+        "compile_s": compile_s,
+        "fits_s": wall,
+        "nll": [float(v) for v in nll],
+        "steps": int(np.asarray(fits.steps).sum()),
+    }
+    return problem, starts, out
+
+
+def pypesto_rows(yaml_path, problem, starts, python) -> dict:
+    import numpy as np
+
+    if not python:
+        return {"skipped": "give --pypesto-python (pip install amici swig petab pypesto fides)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(f"{tmp}/starts.npy", starts)
+        json.dump(list(problem.parameters.names), open(f"{tmp}/names.json", "w"))
+        script = pathlib.Path(tmp) / "pypesto_run.py"
+        script.write_text(PYPESTO_SCRIPT)
+        args = [python, str(script), yaml_path, f"{tmp}/starts.npy", f"{tmp}/names.json",
+                f"{tmp}/model"]  # fmt: skip
+        # AMICI's build calls swig, installed beside that Python (pip install swig)
+        env = {**os.environ, "PATH": f"{os.path.dirname(python)}:{os.environ['PATH']}"}
+        proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        return {"skipped": f"failed: {proc.stderr[-800:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summary(rows: dict, best: float) -> None:
+    import numpy as np
+
+    for r in rows.values():
+        if "nll" not in r:
+            continue
+        nll = np.asarray(r["nll"], float)
+        r["best_nll"] = float(np.nanmin(nll))
+        r["converged"] = int(np.sum(nll <= best + 0.1))
+        r["converged_per_minute"] = r["converged"] / (r["fits_s"] / 60.0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--starts", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--problems", nargs="+", default=["Boehm_JProteomeRes2014",
+                                                      "Fujita_SciSignal2010"])  # fmt: skip
+    ap.add_argument("--pypesto-python", default=None)
+    ap.add_argument("--cpu", type=int, default=0, help="the core both tools are pinned to")
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
+    import numpy as np
+
+    import jaxident as ji
+
+    results = {"machine": platform.processor() or platform.machine(), "starts": args.starts}
+    for name in args.problems:
+        yaml_path = ji.data.petab_problem(name)
+        problem, starts, jax_row = jaxident_rows(yaml_path, args.starts, args.seed)
+        peer = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
+        rows = {"jaxident": jax_row, "pypesto": peer}
+        best = min(float(np.nanmin(r["nll"])) for r in rows.values() if "nll" in r)
+        summary(rows, best)
+        results[name] = rows
+        print(f"\n{name}: {problem.parameters.p} parameters, {args.starts} starts, "
+              f"best negative log-likelihood {best:.4f}")  # fmt: skip
+        for tool, r in rows.items():
+            if "nll" not in r:
+                print(f"  {tool:<9s} {r['skipped']}")
+                continue
+            setup = r.get("compile_s", r.get("build_s"))
+            print(f"  {tool:<9s} best {r['best_nll']:.4f}, {r['converged']:3d} converged, "
+                  f"fits {r['fits_s']:7.1f} s (set-up {setup:.1f} s), "
+                  f"{r['converged_per_minute']:6.1f} converged starts per minute")  # fmt: skip
+        a, b = rows["jaxident"], rows["pypesto"]
+        if "converged_per_minute" in b and b["converged_per_minute"] > 0:
+            ratio = a["converged_per_minute"] / b["converged_per_minute"]
+            rows["ratio_converged_per_minute"] = ratio
+            print(f"  jaxident / pyPESTO, converged starts per minute: {ratio:.2f}x")
+    out = pathlib.Path(__file__).parent / "results" / "fit.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Multi-start maximum-likelihood estimation of a problem (`ji.estimate(problem,
+starts=...)`): its gradient and Fisher information against finite differences and the
+sensitivity matrix, fits against SciPy on a closed form, the model and problem front
+ends against each other, the kernel under vmap, the waterfall plot and the CLI."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize as so
+from helpers import write_petab
+
+import jaxident as ji
+from jaxident import cli
+from jaxident._context import on_error_mode
+from jaxident._multistart import _fit_problem, gradient_and_fisher
+
+
+class Decay(ji.ODEModel):
+    """y = exp(-k t) / V (closed form)."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 0.2], [2.0, 5.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def _decay_data():
+    t = np.linspace(0.5, 6.0, 12)
+    rng = np.random.default_rng(3)
+    return t, np.exp(-0.3 * t) / 2.0 + 0.01 * rng.standard_normal(t.size)
+
+
+def _closed_form_fit(t, y, sigma):
+    """The least-squares optimum of the closed form by SciPy, and its negative
+    log-likelihood."""
+    res = so.least_squares(
+        lambda p: (np.exp(-p[0] * t) / p[1] - y) / sigma, [0.5, 1.0], xtol=1e-14, ftol=1e-14
+    )
+    nll = 0.5 * np.sum(res.fun**2) + 0.5 * t.size * np.log(2 * np.pi * sigma**2)
+    return res.x, nll
+
+
+def test_multistart_reaches_the_closed_form_optimum():
+    """Eight Latin-hypercube starts in the bounds: the best fit is SciPy's optimum of the
+    closed form, its negative log-likelihood the closed form's; the model front end
+    (`ji.estimate(model, data, starts=...)`) is the problem front end exactly, and a
+    single start agrees with the least-squares estimate of the model."""
+    t, y = _decay_data()
+    model = Decay()
+    theta, nll = _closed_form_fit(t, y, 0.01)
+    problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
+    fits = ji.estimate(problem, starts=8, key=jax.random.key(2), progress=False)
+    assert isinstance(fits, ji.MultiStart) and fits.theta.shape == (8, 2)
+    np.testing.assert_allclose(fits.best, theta, rtol=1e-6)
+    np.testing.assert_allclose(fits.best_nll, nll, rtol=1e-7)  # solves at rtol 1e-8
+    assert fits.n_at_best == 8 and fits.ok.all()
+    assert np.all(np.diff(np.asarray(fits.nll)) >= 0)  # sorted, best first
+    # the starts are Latin-hypercube samples of the bounds, in the order drawn
+    starts = np.asarray(fits.starts)
+    assert np.all(starts >= [0.05, 0.2]) and np.all(starts <= [2.0, 5.0])
+    assert sorted(np.floor((starts[:, 0] - 0.05) / (1.95 / 8)).astype(int)) == list(range(8))
+    same = ji.estimate(model, y, t, sigma=0.01, starts=8, key=jax.random.key(2), progress=False)
+    np.testing.assert_array_equal(np.asarray(same.theta), np.asarray(fits.theta))
+    one = ji.estimate(problem, theta0=[0.4, 1.5], progress=False)
+    ls = ji.estimate(model, y, t, sigma=0.01, theta0=[0.4, 1.5])
+    np.testing.assert_allclose(one.best, ls.theta, rtol=1e-6)
+    assert "reached (within 0.1) by 1" in repr(one)
+
+
+def test_gradient_and_fisher_against_finite_differences(tmp_path):
+    """Estimated scales in the observable and the noise (`s0`, `s1`), a log-transformed
+    observable, normal and Laplace noise: the gradient of the negative log-likelihood
+    against central differences (solves at rtol 1e-12), and the Fisher information
+    against the Gram matrix of the problem's sensitivity matrix (its rows: the data's,
+    then `sqrt(c) dsigma / sigma`)."""
+    pars = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\nt_on\tlin\t0\t2e9\t1e9\t0\n"
+        "s0\tlog10\t0.1\t10\t1.5\t1\ns1\tlog10\t0.1\t10\t0.8\t1\n"
+    )
+    meas = (
+        "observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters\t"
+        "noiseParameters\n"
+    )
+    rows = [(t, g, v) for t in (1.0, 2.0, 3.0) for g, v in (("s0", 2.1), ("s1", 1.2))]
+    meas += "".join(f"obs_X\tc0\t{v}\t{t}\t{g}\t{g};0.1\n" for t, g, v in rows)
+    integ = ji.Integrator(ji.Rodas4(), rtol=1e-12, atol=1e-14)
+    for dist, transform in (("normal", "lin"), ("laplace", "log")):
+        obs = (
+            "observableId\tobservableFormula\tnoiseFormula\tobservableTransformation\t"
+            "noiseDistribution\n"
+            "obs_X\tobservableParameter1_obs_X * X\tnoiseParameter1_obs_X * "
+            f"noiseParameter2_obs_X\t{transform}\t{dist}\n"
+        )
+        path = write_petab(tmp_path / dist, parameters=pars, observables=obs, measurements=meas)
+        problem = ji.petab.load(path)
+        assert problem.distributions == (dist,) and problem.transforms == (transform,)
+        theta = np.asarray(problem.parameters.nominal) + np.array([0.1, -0.05, 0.02, 0.03])
+        out = ji.predict(problem, theta, jacobian=True, integrator=integ)
+        g, H = eqx.filter_jit(gradient_and_fisher)(problem, out)
+
+        def nll(th, problem=problem):
+            return -float(ji.predict(problem, th, integrator=integ).log_likelihood)
+
+        h = 1e-5
+        fd = [(nll(theta + h * e) - nll(theta - h * e)) / (2 * h) for e in np.eye(4)]
+        np.testing.assert_allclose(np.asarray(g), fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+        S = np.asarray(ji.problem_sensitivity(problem, theta, integrator=integ).matrix)
+        np.testing.assert_allclose(np.asarray(H), S.T @ S, rtol=1e-10, atol=1e-12)
+
+
+def test_fit_kernel_under_vmap():
+    """The fit kernel of one start, vmapped over three starts (a GPU batch), gives what
+    it gives one start at a time."""
+    t, y = _decay_data()
+    problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
+    starts = jnp.asarray([[0.2, 1.0], [1.0, 3.0], [0.1, 4.0]])
+    integ = problem.model.integrator
+    mode = on_error_mode()
+
+    def fit(x):
+        return _fit_problem(problem, x, integ, jnp.asarray(100), jnp.asarray(1e-8), mode)
+
+    batched = jax.vmap(fit)(starts)
+    for i in range(3):
+        theta, nll, steps, _, _ = fit(starts[i])
+        np.testing.assert_allclose(batched[0][i], theta, rtol=1e-12)
+        np.testing.assert_allclose(batched[1][i], nll, rtol=1e-12)
+        assert int(batched[2][i]) == int(steps)
+
+
+def test_multistart_errors_and_plot(tmp_path):
+    t, y = _decay_data()
+    model = Decay()
+    problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
+    with pytest.raises(ValueError, match="positive number of starts"):
+        ji.estimate(problem, starts=0)
+    with pytest.raises(ValueError, match=r"\(N, 2\) array"):
+        ji.estimate(problem, starts=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="must be finite"):
+        ji.estimate(problem, starts=[[np.nan, 1.0]])
+    with pytest.raises(TypeError, match="holds its data"):
+        ji.estimate(problem, y)
+    with pytest.raises(TypeError, match="Give the data"):
+        ji.estimate(model)
+    unbounded = ji.Problem(
+        model,
+        ji.Experiment(t, y[:, None], 0.01),
+        ji.Parameters(["k", "V"], [0.5, 1.0], [0.0, 0.0], [np.inf, 5.0]),
+    )
+    with pytest.raises(ValueError, match=r"\['k'\] have an infinite bound"):
+        ji.estimate(unbounded, starts=3)
+    fits = ji.estimate(problem, starts=[[0.2, 1.0], [1.9, 4.9]], progress=False)
+    d = fits.to_dict()
+    assert d["starts"] == 2 and d["at_best"] == 2 and set(d["best"]) == {"k", "V"}
+    ax = fits.plot()
+    ax.figure.savefig(tmp_path / "w.png")
+    assert (tmp_path / "w.png").stat().st_size > 10_000
+
+
+def test_cli_fit_and_analyze_at_the_fit(tmp_path, capsys):
+    """`jaxident fit problem.yaml --starts 3` and `jaxident analyze problem.yaml --fit 3`:
+    the same best fit, and the report says where it was computed."""
+    path = str(write_petab(tmp_path / "p"))
+    js = tmp_path / "fit.json"
+    assert cli.main(["fit", path, "--starts", "3", "--json", str(js), "--quiet"]) == 0
+    assert "Multi-start estimation: 3 starts" in capsys.readouterr().out
+    fit = json.loads(js.read_text())
+    assert fit["starts"] == 3 and fit["at_best"] >= 1
+    js2 = tmp_path / "analyze.json"
+    argv = ["analyze", path, "--fit", "3", "--json", str(js2), "--quiet"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Analysed at the best fit" in out
+    report = json.loads(js2.read_text())
+    assert report["at"] == "best fit" and report["fit"]["best"] == fit["best"]
+    assert cli.main(["analyze", path]) == 0
+    assert "Analysed at the nominal values" in capsys.readouterr().out
+    assert cli.main(["fit", "svir"]) == 2
+    assert "fit needs data" in capsys.readouterr().err
+    assert cli.main(["analyze", "svir", "--fit", "3"]) == 2
+
+
+def test_noise_parameters_estimated_with_the_others():
+    """`ji.petab.load(..., estimate_noise=True)`: Boehm's three noise parameters are
+    parameters of the problem (none held), their noise formulas outputs of the model,
+    and the nominal log-likelihood is the one with them held."""
+    held = ji.petab.load(ji.data.petab_problem("boehm"))
+    problem = ji.petab.load(ji.data.petab_problem("boehm"), estimate_noise=True)
+    assert problem.noise_parameters == () and problem.parameters.p == 9
+    assert problem.parameters.names[6:] == held.noise_parameters
+    assert all(problem.noise_outputs)
+    np.testing.assert_allclose(
+        float(ji.predict(problem).log_likelihood), float(ji.predict(held).log_likelihood),
+        rtol=1e-10,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_boehm_multistart_reaches_the_published_optimum():
+    """Boehm_JProteomeRes2014, all nine parameters (noise ones too), from 50
+    Latin-hypercube starts: the best fit reaches the log-likelihood of the benchmark
+    collection's nominal values (-138.222, its reported optimum) or better."""
+    problem = ji.petab.load(ji.data.petab_problem("boehm"), estimate_noise=True)
+    nominal = float(ji.predict(problem).log_likelihood)
+    assert nominal == pytest.approx(-138.222, abs=1e-3)
+    fits = ji.estimate(problem, starts=50, key=jax.random.key(1), progress=False)
+    assert fits.log_likelihood >= nominal - 1e-3 and fits.n_at_best >= 3
