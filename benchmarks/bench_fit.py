@@ -2,8 +2,9 @@
 trust-region Newton method with the Fisher information, on AMICI's forward
 sensitivities): the same Latin-hypercube starts in the same bounds on the estimation
 scales, every estimated parameter fitted (noise parameters included), both on one core.
-Reported: the best negative log-likelihood, the starts that converged (within 0.1 of the
-best either tool found), the wall time of the fits (compilation and the AMICI build
+Reported: the best negative log-likelihood (PEtab's; pyPESTO's values are shifted by
+their constant difference at the nominal values), the starts that converged (within 0.1
+of the best either tool found), the wall time of the fits (compilation and the AMICI build
 apart) and converged starts per minute.
 
 pyPESTO and AMICI are not dependencies: give the Python of an environment where
@@ -53,7 +54,10 @@ res = optimize.minimize(pp, optimizer, n_starts=starts.shape[0], progress_bar=Fa
                         engine=pypesto.engine.SingleCoreEngine(), filename=None)
 wall = time.perf_counter() - t0
 fvals = [float(r.fval) for r in res.optimize_result.list]
-print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals}))
+# the objective at the nominal values: tools may differ by a constant (AMICI leaves out
+# the log-transformation's Jacobian term of the PEtab likelihood)
+at_nominal = float(pp.objective(nominal[pp.x_free_indices]))
+print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals, "nll_nominal": at_nominal}))
 """
 
 
@@ -75,6 +79,7 @@ def jaxident_rows(yaml_path: str, n: int, seed: int):
     wall = time.perf_counter() - t0
     nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
     out = {
+        "nll_nominal": -float(ji.predict(problem).log_likelihood),
         "parameters": problem.parameters.p,
         "compile_s": compile_s,
         "fits_s": wall,
@@ -137,6 +142,10 @@ def main():
         problem, starts, jax_row = jaxident_rows(yaml_path, args.starts, args.seed)
         peer = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
         rows = {"jaxident": jax_row, "pypesto": peer}
+        if "nll" in peer:  # on jaxident's scale (PEtab's likelihood, constants included)
+            shift = jax_row["nll_nominal"] - peer["nll_nominal"]
+            peer["nll_shift"] = shift
+            peer["nll"] = [v + shift for v in peer["nll"]]
         best = min(float(np.nanmin(r["nll"])) for r in rows.values() if "nll" in r)
         summary(rows, best)
         results[name] = rows

@@ -90,10 +90,9 @@ from ._predict import (
     predict as predict,
     Prediction as Prediction,
     problem_sensitivity as problem_sensitivity,
-    profile_problem as profile_problem,
 )
 from ._problem import Experiment as Experiment, Problem as Problem
-from ._profile import Profile as Profile, profile as profile
+from ._profile import Profile as Profile, profile as profile, profile_problem as profile_problem
 from ._report import analyze as analyze
 from ._report_result import Group as Group, Report as Report
 from ._rom import (

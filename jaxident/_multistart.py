@@ -42,6 +42,7 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
 
 
 _MU0 = 1e-3  # the initial damping, relative to the largest curvature
+_NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
 
 
 class _State(eqx.Module):
@@ -60,9 +61,10 @@ class _State(eqx.Module):
 
 
 @eqx.filter_jit
-def _fit_problem(problem, theta0, integrator, max_steps, rtol, error_mode):
-    """One bounded fit from `theta0` (estimation scale), all in one compiled loop: a
-    trial point costs one plain solve of every experiment, an accepted one a solve with
+def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode):
+    """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
+    (the others held at `theta0`: a profile), all in one compiled loop: a trial point
+    costs one plain solve of every experiment, an accepted one a solve with
     sensitivities (the gradient and Fisher information for the next step)."""
     lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
     upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
@@ -80,7 +82,7 @@ def _fit_problem(problem, theta0, integrator, max_steps, rtol, error_mode):
         f = jnp.where(good, -out.log_likelihood, jnp.inf)
         return f, jnp.where(good, g, 0.0), jnp.where(good, H, 0.0), good
 
-    theta0 = jnp.clip(theta0, lower, upper)
+    theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
     f0, g0, H0, good0 = with_derivatives(theta0)
     q = theta0.shape[0]
     dtype = theta0.dtype
@@ -105,7 +107,7 @@ def _fit_problem(problem, theta0, integrator, max_steps, rtol, error_mode):
         D2 = jnp.where(scale2 > 0, jnp.maximum(scale2, floor), 1.0)
         mu = jnp.where(s.mu < 0, _MU0 * jnp.maximum(jnp.max(scale2), 1e-300), s.mu)
         # a parameter at a bound whose gradient points out of the box is held
-        held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0))
+        held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0)) | ~free
         both = held[:, None] | held[None, :]
         A = jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, mu * D2))
         step = -jax.scipy.linalg.solve(A, jnp.where(held, 0.0, g), assume_a="pos")
@@ -124,12 +126,21 @@ def _fit_problem(problem, theta0, integrator, max_steps, rtol, error_mode):
         slow = s.nll - f <= rtol * jnp.maximum(jnp.abs(s.nll), 1.0)
         # the projected gradient in units of the curvature (the decrease a Newton step
         # would bring is half its square): nothing left to gain
-        free = ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
-        flat = jnp.max(jnp.where(free, jnp.abs(g2) / jnp.sqrt(D2), 0.0)) <= 1e-6
+        moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
+        flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(D2), 0.0)) <= 1e-6
         # no step lowers the cost: the damping ran away, or the step vanished
         tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
         stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny)
-        converged = (accept & slow & s.slow) | (accept & flat)
+        # stuck where the Gauss-Newton step promises less than the noise of the cost
+        # (the solves' rtol): that is the optimum, as far as the cost can tell
+        gn = -jax.scipy.linalg.solve(
+            jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
+            jnp.where(held, 0.0, g),
+            assume_a="pos",
+        )
+        promise = -(g @ gn + 0.5 * gn @ H @ gn)
+        settled = stuck & (promise <= _NOISE * jnp.maximum(jnp.abs(s.nll), 1.0))
+        converged = (accept & slow & s.slow) | (accept & flat) | settled
         return _State(
             theta=jnp.where(accept, trial, theta),
             nll=f,
@@ -158,7 +169,7 @@ def _fit_problem(problem, theta0, integrator, max_steps, rtol, error_mode):
         ),
     )
     width = upper - lower
-    at_bound = (s.theta - lower <= 1e-3 * width) | (upper - s.theta <= 1e-3 * width)
+    at_bound = free & ((s.theta - lower <= 1e-3 * width) | (upper - s.theta <= 1e-3 * width))
     return s.theta, s.nll, s.steps, result, at_bound
 
 
@@ -303,6 +314,7 @@ def estimate_problem(
                 _fit_problem,
                 problem,
                 jnp.asarray(x),
+                jnp.ones(x.shape, bool),
                 integrator,
                 jnp.asarray(max_steps),
                 jnp.asarray(rtol, float),

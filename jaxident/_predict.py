@@ -11,7 +11,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._checks import check_theta
@@ -23,7 +22,6 @@ from ._problem import Problem, unscale
 from ._rosenbrock import traced_once
 from ._sensitivity import Sensitivity
 from ._simulate import simulate, solve
-from ._solvers import LevenbergMarquardt
 
 
 class _Preequilibrated(ODEModel):
@@ -541,78 +539,3 @@ def problem_sensitivity(
         ok=jnp.asarray(bool(np.all(np.asarray(out.ok)))),
         accuracy=accuracy(problem.model, integrator, J.dtype),
     )
-
-
-@eqx.filter_jit
-def _profile_fit(problem, theta0, j, value, z0, integrator, max_steps, error_mode):
-    free = jnp.arange(theta0.shape[0]) != j
-
-    def residuals(z, v):
-        theta = theta0.at[jnp.flatnonzero(free, size=z.shape[0])].set(z).at[j].set(v)
-        out = _predict(problem, theta, integrator, False, diffrax.ForwardMode(), error_mode)
-        return out.residuals
-
-    sol = optx.least_squares(
-        residuals,
-        LevenbergMarquardt(rtol=1e-8, atol=1e-10, updates=10),
-        z0,
-        args=value,
-        max_steps=max_steps,
-        throw=False,
-    )
-    r = residuals(sol.value, value)
-    ok = (sol.result == optx.RESULTS.successful) & jnp.all(jnp.isfinite(r))
-    return sol.value, 0.5 * jnp.sum(r**2), ok
-
-
-def profile_problem(
-    problem: Problem,
-    name: str,
-    values: ArrayLike,
-    *,
-    theta0: ArrayLike | Mapping | None = None,
-    integrator: Integrator | None = None,
-    max_steps: int = 100,
-    progress: bool = True,
-):
-    """The profile of one parameter of a problem (on its estimation scale): held at each
-    of `values`, the others re-estimated by Levenberg-Marquardt on the weighted
-    residuals (one compiled fit for every value), walking outwards from the value
-    nearest `theta0`. Returns a `ji.Profile` whose `cost` is half the weighted sum of
-    squares (the negative log-likelihood up to a constant, for normal noise)."""
-    from tqdm.auto import tqdm
-
-    from ._profile import Profile
-
-    j = problem.parameters.index(name)
-    values = np.sort(np.asarray(values, dtype=float).reshape(-1))
-    if values.size == 0 or not np.all(np.isfinite(values)):
-        raise ValueError("values must be a non-empty array of finite numbers.")
-    theta0 = check_theta(problem, theta0)
-    integrator = problem.model.integrator if integrator is None else integrator
-    free = [i for i in range(problem.parameters.p) if i != j]
-    start = int(np.argmin(np.abs(values - float(theta0[j]))))
-    order = list(range(start, values.size)) + list(range(start - 1, -1, -1))
-    est = np.full((values.size, len(free)), np.nan)
-    cost = np.full(values.size, np.nan)
-    ok = np.zeros(values.size, bool)
-    guess = np.asarray(theta0)[free]
-    for i in tqdm(order, desc=f"profile {name}", disable=not progress):
-        if i == start - 1:
-            guess = est[start] if ok[start] else np.asarray(theta0)[free]
-        with callback_free():
-            z, c, good = _profile_fit(
-                problem,
-                theta0,
-                j,
-                jnp.asarray(values[i]),
-                jnp.asarray(guess),
-                integrator,
-                max_steps,
-                on_error_mode(),
-            )
-        if bool(good):
-            est[i], cost[i], ok[i] = np.asarray(z), float(c), True
-            guess = est[i]
-    names = tuple(problem.parameters.names[i] for i in free)
-    return Profile(name=name, values=values, names=names, estimates=est, cost=cost, ok=ok)

@@ -25,8 +25,9 @@ from ._linalg._rank import (
     with_accuracy,
 )
 from ._model import AbstractModel
-from ._predict import problem_sensitivity, profile_problem
+from ._predict import problem_sensitivity
 from ._problem import Experiment, from_scale, Problem
+from ._profile import profile_problem
 from ._report_result import decades, Group, Report
 
 
@@ -278,8 +279,9 @@ def analyze(
 
     - `profile`: confirm each practically non-identifiable parameter by its profile
       likelihood (`ji.profile_problem`, 9 values over `threshold` decades either side,
-      the others re-estimated): confirmed when twice the cost stays within 3.84 (the 95%
-      chi-square quantile, one degree of freedom) of its minimum over the range.
+      the others re-estimated in their bounds): confirmed when twice the negative
+      log-likelihood stays within 3.84 (the 95% chi-square quantile, one degree of
+      freedom) of its minimum over the range.
 
     **Returns:** a `Report`.
     """

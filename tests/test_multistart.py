@@ -131,7 +131,8 @@ def test_fit_kernel_under_vmap():
     mode = on_error_mode()
 
     def fit(x):
-        return _fit_problem(problem, x, integ, jnp.asarray(100), jnp.asarray(1e-8), mode)
+        free = jnp.ones(2, bool)
+        return _fit_problem(problem, x, free, integ, jnp.asarray(100), jnp.asarray(1e-8), mode)
 
     batched = jax.vmap(fit)(starts)
     for i in range(3):
@@ -218,3 +219,27 @@ def test_boehm_multistart_reaches_the_published_optimum():
     assert nominal == pytest.approx(-138.222, abs=1e-3)
     fits = ji.estimate(problem, starts=50, key=jax.random.key(1), progress=False)
     assert fits.log_likelihood >= nominal - 1e-3 and fits.n_at_best >= 3
+
+
+def test_profile_of_a_problem_against_the_closed_form(tmp_path):
+    """`ji.profile(problem, "k", values)` at a fit: with k held, the best V has a closed
+    form (1/V is linear in the outputs), and so has the negative log-likelihood; every
+    name without a name, and the figure."""
+    t, y = _decay_data()
+    problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
+    fits = ji.estimate(problem, starts=2, progress=False)
+    values = np.linspace(0.2, 0.45, 6)
+    prof = ji.profile(problem, "k", values, theta0=fits.best, progress=False)
+    assert prof.ok.all() and prof.names == ("V",)
+    for i, k in enumerate(values):
+        e = np.exp(-k * t)
+        u = (e @ y) / (e @ e)  # 1 / V
+        nll = 0.5 * np.sum(((e * u - y) / 0.01) ** 2) + 0.5 * t.size * np.log(2 * np.pi * 1e-4)
+        np.testing.assert_allclose(prof.estimates[i, 0], 1 / u, rtol=1e-6)
+        np.testing.assert_allclose(prof.cost[i], nll, rtol=1e-7)
+    both = ji.profile(problem, theta0=fits.best, progress=False)
+    assert set(both) == {"k", "V"} and both["V"].values.size == 15
+    prof.plot().savefig(tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    with pytest.raises(TypeError, match="holds its data"):
+        ji.profile(problem, y, "k", values)
