@@ -313,6 +313,14 @@ def estimate(
     ```
     """
     if isinstance(model, Problem) or starts is not None:
+        ignored = [k for k, v in (("free", free), ("solver", solver), ("bounds", bounds))
+                   if v is not None and v is not False]  # fmt: skip
+        if ignored:
+            raise TypeError(
+                f"{', '.join(ignored)}: for a model's least squares without starts; a "
+                "problem is fitted in its parameters' bounds, every parameter free (hold "
+                "one by ji.profile, or fix it in the problem)."
+            )
         if isinstance(model, Problem):
             if data is not None or times is not None:
                 raise TypeError("A problem holds its data and times: give neither.")

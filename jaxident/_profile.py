@@ -11,6 +11,7 @@ import optimistix as optx
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
+from . import plot
 from ._checks import check_model, check_theta
 from ._context import call_kept, callback_free, clean_errors, on_error_mode
 from ._estimate import estimate
@@ -51,8 +52,6 @@ class Profile(eqx.Module):
         return dict(zip(self.names, d.tolist()))
 
     def plot(self, **kwargs):
-        from . import plot
-
         return plot.profile(self, **kwargs)
 
     def to_dict(self) -> dict:

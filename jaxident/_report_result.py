@@ -7,6 +7,7 @@ import math
 import equinox as eqx
 import numpy as np
 
+from . import plot
 from ._linalg._selection import Selection
 
 
@@ -257,8 +258,6 @@ class Report(eqx.Module):
         return self.__str__()
 
     def plot(self, **kwargs):
-        from . import plot
-
         return plot.report(self, **kwargs)
 
 

@@ -12,6 +12,9 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
+from ._nonsmooth import ld_jvp
+from ._sensitivity import directions_matrix
+
 
 class _LMState(eqx.Module):
     residual: Float[Array, " n"]
@@ -214,8 +217,6 @@ class OptaxLD(eqx.Module):
     def minimise(self, outputs, to_theta, z0, data, sigma, free):
         """Run the optimiser; returns `(z, steps, result)`. `outputs(theta)` are the
         model outputs (flat), `to_theta(z)` the change of variables."""
-        from ._nonsmooth import ld_jvp
-        from ._sensitivity import directions_matrix
 
         d = jnp.zeros_like(z0).at[0].set(1.0) if self.direction is None else self.direction
         M = directions_matrix(jnp.asarray(d, dtype=z0.dtype))

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
+from tqdm.auto import tqdm
 
 from ._config import compiler_options
 from ._context import no_throw
@@ -214,8 +215,6 @@ def _sweep_mesh(devices, mesh) -> Mesh:
 def _progress_bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, desc=desc, unit="sample", smoothing=0.1)
 
 

@@ -156,6 +156,8 @@ def test_multistart_errors_and_plot(tmp_path):
         ji.estimate(problem, y)
     with pytest.raises(TypeError, match="Give the data"):
         ji.estimate(model)
+    with pytest.raises(TypeError, match="free: for a model's least squares"):
+        ji.estimate(problem, free=["k"])
     unbounded = ji.Problem(
         model,
         ji.Experiment(t, y[:, None], 0.01),

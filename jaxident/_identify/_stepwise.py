@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike
+from tqdm.auto import tqdm
 
 from .._context import clean_errors
 from .._measurements import MeasurementError
@@ -30,8 +31,6 @@ from ._stepwise_result import (
 
 
 def _run(problem: StepwiseProblem, procedure: str, progress: bool, checkpoint, resume):
-    from tqdm.auto import tqdm
-
     p = len(problem.names)
     t_start = time.perf_counter()
     selected = np.zeros(p, bool)

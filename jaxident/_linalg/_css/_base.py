@@ -5,6 +5,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from .._metrics import srrqr_rho
 from .._results import RESULTS
 
 
@@ -52,8 +53,6 @@ class AbstractColumnSelectionMethod(eqx.Module):
 
 
 def make_selection(perm, R, k, swaps, result, rho=None) -> ColumnSelection:
-    from .._metrics import srrqr_rho
-
     k = jnp.asarray(k, jnp.int32)
     if rho is None:
         rho = srrqr_rho(R, k)
