@@ -229,6 +229,11 @@ def _analyze_problem(args, problem) -> int:
 def cmd_fit(args) -> int:
     import jaxident as ji
 
+    if args.starts < 1:
+        raise _UsageError(f"--starts must be positive, got {args.starts}.")
+    for path, flag in ((args.plot, "--plot"), (args.json, "--json")):
+        if path:
+            _writable_file(path, flag)
     problem = load_target(args.model)
     if not isinstance(problem, ji.Problem):
         raise _UsageError(

@@ -194,6 +194,10 @@ def test_cli_fit_and_analyze_at_the_fit(tmp_path, capsys):
     assert cli.main(["fit", "svir"]) == 2
     assert "fit needs data" in capsys.readouterr().err
     assert cli.main(["analyze", "svir", "--fit", "3"]) == 2
+    assert cli.main(["fit", path, "--starts", "0"]) == 2
+    assert "--starts must be positive" in capsys.readouterr().err
+    assert cli.main(["fit", path, "--plot", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
 
 
 def test_noise_parameters_estimated_with_the_others():
