@@ -192,3 +192,9 @@ def ld_jvp(f: Callable, primals: tuple, directions: tuple, *, has_aux: bool = Fa
         column, in_axes=in_axes, out_axes=(None, -1, None), axis_name=LD_AXIS
     )(*directions)
     return (out, tangent, aux) if has_aux else (out, tangent)
+
+
+def directions_matrix(d: Array) -> Array:
+    """`M = [d I]` for a probing direction `d` (eq. 13)."""
+    p = d.shape[0]
+    return jnp.concatenate([d[:, None], jnp.eye(p, dtype=d.dtype)], axis=1)

@@ -20,7 +20,7 @@ from ._model import AbstractModel, Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
 from ._problem import Problem, unscale
 from ._rosenbrock import traced_once
-from ._sensitivity import Sensitivity
+from ._sensitivity_result import Sensitivity
 from ._simulate import simulate, solve
 
 

@@ -25,7 +25,7 @@ from .._linalg._rank import (
     warn_if_near_threshold,
 )
 from .._linalg._scaling import equilibrate
-from .._sensitivity import Sensitivity
+from .._sensitivity_result import Sensitivity
 
 
 # --------------------------------------------------------------------------------------

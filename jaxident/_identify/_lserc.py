@@ -17,8 +17,7 @@ from .._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarning
 from .._model import AbstractModel, Integrator
-from .._nonsmooth import ld_jvp
-from .._sensitivity import directions_matrix
+from .._nonsmooth import directions_matrix, ld_jvp
 from .._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 

@@ -43,6 +43,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._model import Integrator, ODEModel
 from .._parameters import Parameters
 from .._rosenbrock import Rodas4
+from .._sensitivity import sensitivity
+from .._simulate import simulate
+from .._transforms import fix_parameters
 from ._ecoli_data import (
     _MEASURED_IDX,
     _NAMES,
@@ -201,8 +204,6 @@ class EcoliChassagnole(ODEModel):
         function a selection compiles anyway, so the problem costs no extra
         compilation.
         """
-        from .._sensitivity import sensitivity
-        from .._transforms import fix_parameters
 
         key = jax.random.key(2013) if key is None else key
         names = self.parameters.names
@@ -243,7 +244,6 @@ class EcoliChassagnole(ODEModel):
     ) -> Float[Array, "n 13"]:
         """Measurements of the 13 species at `self.times`, simulated at `theta`
         (default nominal), with the errors of `add_noise`."""
-        from .._simulate import simulate
 
         y = simulate(self, theta, self.times).ys
         return self.add_noise(key, y, relative=relative, absolute=absolute)

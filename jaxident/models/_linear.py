@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._model import AlgebraicModel
 from .._parameters import Parameters
+from .._simulate import simulate
 
 
 def orthogonal_design(log2_runs: int = 5, taguchi: bool = False) -> np.ndarray:
@@ -125,7 +126,6 @@ class LinearSuperparameterized(AlgebraicModel):
 
     def synthetic_data(self, key: PRNGKeyArray, theta=None) -> Float[Array, " 32"]:
         """`y` at the true parameters (or `theta`) for the 32 runs, plus N(0, 0.25) noise."""
-        from .._simulate import simulate
 
         y = simulate(self, theta).ys[:, 0]
         return y + jnp.sqrt(self.noise_variance) * jax.random.normal(key, y.shape, y.dtype)

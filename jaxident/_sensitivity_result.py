@@ -1,0 +1,63 @@
+"""The labelled sensitivity matrix (`ji.Sensitivity`): what `ji.sensitivity` and
+`ji.problem_sensitivity` return and every selection takes."""
+
+import equinox as eqx
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+
+class Sensitivity(eqx.Module):
+    """A sensitivity matrix with its labels.
+
+    **Fields:**
+
+    - `matrix`: `(n_times * n_outputs, p)`, rows in time-major order (all outputs at the
+      first time, then the second time, ...), columns in the model's parameter order.
+    - `outputs`: the model outputs at the same rows.
+    - `times`: the observation times.
+    - `names`: the parameter names (the columns).
+    - `output_names`: the output names, or `None`.
+    - `scale`: `"none"` (dy/dtheta) or `"relative"` (dlog y / dlog theta).
+    - `ok`: `False` where the solve failed (only with `throw=False`; the matrix is NaN).
+    - `accuracy`: the relative accuracy of the entries (`10 rtol` of the integrator, see
+      `ji.Integrator`); the default rank rules ask for no more digits than this.
+    """
+
+    matrix: Float[Array, "rows p"]
+    outputs: Float[Array, " rows"]
+    times: Float[Array, " n"]
+    names: tuple[str, ...] = eqx.field(static=True)
+    output_names: tuple[str, ...] | None = eqx.field(static=True)
+    scale: str = eqx.field(static=True)
+    ok: Bool[Array, ""]
+    accuracy: float | None = eqx.field(static=True, default=None)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.outputs.shape[-1] // self.times.shape[-1]
+
+    def to_dict(self) -> dict:
+        return {
+            "accuracy": None if self.accuracy is None else float(self.accuracy),
+            "matrix": np.asarray(self.matrix).tolist(),
+            "outputs": np.asarray(self.outputs).tolist(),
+            "times": np.asarray(self.times).tolist(),
+            "names": list(self.names),
+            "output_names": None if self.output_names is None else list(self.output_names),
+            "scale": self.scale,
+            "ok": bool(self.ok),
+        }
+
+    def __repr__(self) -> str:
+        shape = "x".join(str(s) for s in self.matrix.shape)
+        return (
+            f"Sensitivity({shape}, parameters={list(self.names)}, "
+            f"outputs={list(self.output_names or [])}, times={self.times.shape[-1]}, "
+            f"scale={self.scale!r}, ok={np.asarray(self.ok).tolist()})"
+        )
+
+    @property
+    def row_labels(self) -> list[str]:
+        n_out = self.outputs.shape[-1] // self.times.shape[-1]
+        outs = self.output_names or tuple(f"y{i}" for i in range(n_out))
+        return [f"{o}(t={float(t):g})" for t in self.times for o in outs]
