@@ -140,15 +140,16 @@ def _load_model_file(spec: str):
         raise _UsageError(f"{cls}() needs arguments ({e}); give every field a default.") from None
 
 
-def load_target(name: str):
-    """A built-in model name, a PEtab problem (`.yaml`) or `file.py:Class`."""
+def load_target(name: str, estimate_noise: bool = False):
+    """A built-in model name, a PEtab problem (`.yaml`; with `estimate_noise`, its
+    noise-only parameters estimated too, as for a fit) or `file.py:Class`."""
     import jaxident as ji
 
     if name.lower().endswith((".yaml", ".yml")):
         if not os.path.isfile(name):
             raise _UsageError(f"{name}: no such file.")
         try:
-            return ji.petab.load(name)
+            return ji.petab.load(name, estimate_noise=estimate_noise)
         except (ValueError, ImportError) as e:
             raise _UsageError(str(e)) from None
     if ":" in name and name.rpartition(":")[0].endswith(".py"):
@@ -234,7 +235,7 @@ def cmd_fit(args) -> int:
     for path, flag in ((args.plot, "--plot"), (args.json, "--json")):
         if path:
             _writable_file(path, flag)
-    problem = load_target(args.model)
+    problem = load_target(args.model, estimate_noise=True)
     if not isinstance(problem, ji.Problem):
         raise _UsageError(
             "fit needs data: give a PEtab problem (problem.yaml); in Python, "
@@ -294,7 +295,8 @@ def cmd_analyze(args) -> int:
 
     import jaxident as ji
 
-    model = load_target(args.model)
+    # a fit estimates every parameter the PEtab file estimates, noise ones included
+    model = load_target(args.model, estimate_noise=bool(args.fit))
     if isinstance(model, ji.Problem):
         if args.free_initial_states:
             raise _UsageError(
@@ -457,8 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="a PEtab problem: estimate it from N Latin-hypercube starts first and analyse "
-        "at the best fit (default: at the nominal values)",
+        help="a PEtab problem: estimate it from N Latin-hypercube starts first (every "
+        "parameter the file estimates, noise ones included) and analyse at the best fit "
+        "(default: at the nominal values, noise parameters held)",
     )
     a.add_argument("--max-steps", type=int, default=200, help="steps per fit (with --fit)")
     a.add_argument(
