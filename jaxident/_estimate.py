@@ -273,8 +273,9 @@ def estimate(
     array of starts. The fits run one after another, each compiled once, with a
     progress bar. Returns a `ji.MultiStart`: every fit sorted by negative
     log-likelihood, the best first, with `n_at_best` (fits within 0.1 of the best) and
-    a waterfall plot (`.plot()`). Of the arguments below `theta0`, `max_steps` and
-    `integrator` apply.
+    a waterfall plot (`.plot()`), each fit with its status; `throw` raises only when
+    every fit failed. Of the arguments below `theta0`, `max_steps` and `integrator`
+    apply.
 
     **A model** (the arguments below):
 
@@ -330,9 +331,15 @@ def estimate(
                 raise TypeError("Give the data to estimate from.")
             data = data.ys if isinstance(data, Trajectory) else data
             problem = Problem.from_model(model, data, times, sigma)
-        return estimate_problem(problem, starts=starts, key=key, theta0=theta0,
+        fits = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
                                 max_steps=max_steps, integrator=integrator,
                                 progress=progress)  # fmt: skip
+        if throw and not np.isfinite(fits.best_nll):
+            raise RuntimeError(
+                f"Estimation failed: the model could not be solved at any of the "
+                f"{fits.nll.shape[0]} starts (use throw=False to get the fits)."
+            )
+        return fits
     if data is None:
         raise TypeError("Give the data to estimate from.")
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)

@@ -249,3 +249,20 @@ def test_profile_of_a_problem_against_the_closed_form(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 10_000
     with pytest.raises(TypeError, match="holds its data"):
         ji.profile(problem, y, "k", values)
+
+
+class _Broken(Decay):
+    """An output that is NaN everywhere: no start can be solved."""
+
+    def output(self, t, x, th):
+        return x[0] / (th.V - th.V)
+
+
+def test_every_start_failed():
+    t, y = _decay_data()
+    problem = ji.Problem.from_model(_Broken(), y[:, None], t, 0.01)
+    with pytest.raises(RuntimeError, match="could not be solved at any of the 2 starts"):
+        ji.estimate(problem, starts=2, progress=False)
+    fits = ji.estimate(problem, starts=2, progress=False, throw=False)
+    assert np.all(np.isinf(np.asarray(fits.nll))) and not fits.ok.any()
+    assert fits.to_dict()["failed"] == 2
