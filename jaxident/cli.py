@@ -59,39 +59,12 @@ def _writable_file(path: str, flag: str) -> None:
         os.remove(path)
 
 
-def _validate(args, p: int) -> None:
-    """Every argument checked before any computation, so that a bad value costs nothing."""
-    if args.k is not None and not 0 <= args.k <= p:
-        raise _UsageError(f"--k must lie in [0, {p}] for {args.model}, got {args.k}.")
-    checks = [
-        (args.samples >= 0, f"--samples must be >= 0, got {args.samples}."),
-        (args.batch_size >= 1, f"--batch-size must be >= 1, got {args.batch_size}."),
-        (args.f >= 1, f"--f must be >= 1 (strong RRQR bound), got {args.f}."),
-        (args.seed >= 0, f"--seed must be >= 0, got {args.seed}."),
-        (
-            math.isfinite(args.threshold) and args.threshold > 0,
-            f"--threshold must be a positive number of decades, got {args.threshold}.",
-        ),
-        (
-            math.isfinite(args.solver_rtol) and 0 < args.solver_rtol < 1,
-            f"--solver-rtol must lie in (0, 1), got {args.solver_rtol}.",
-        ),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise _UsageError(msg)
-    given = [f for f, v in (("--rtol", args.rtol), ("--atol", args.atol)) if v is not None]
-    given += ["--gap"] if args.gap else []
-    if len(given) > 1:
-        raise _UsageError(f"{' and '.join(given)}: give one rank rule, not {len(given)}.")
+def _check_outputs(args) -> None:
+    """`--plot` and `--json`: two different files, a figure format matplotlib writes,
+    both writable."""
     paths = [(f, v) for f, v in (("--plot", args.plot), ("--json", args.json)) if v]
     if len(paths) == 2 and os.path.realpath(paths[0][1]) == os.path.realpath(paths[1][1]):
         raise _UsageError(f"--plot and --json name one file ({args.plot}); give two paths.")
-    for flag, make in (("--rtol/--atol", _rank), ("--f", _method)):
-        try:
-            make(args)
-        except ValueError as e:
-            raise _UsageError(f"{flag}: {e}") from None
     if args.plot:
         _writable_file(args.plot, "--plot")
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -106,6 +79,64 @@ def _validate(args, p: int) -> None:
             )
     if args.json:
         _writable_file(args.json, "--json")
+
+
+def _require(checks) -> None:
+    """The first message whose condition fails, as a usage error."""
+    for ok, msg in checks:
+        if not ok:
+            raise _UsageError(msg)
+
+
+def _common_checks(args) -> list:
+    """The checks of the arguments every command that solves shares."""
+    return [
+        (args.seed >= 0, f"--seed must be >= 0, got {args.seed}."),
+        (
+            math.isfinite(args.solver_rtol) and 0 < args.solver_rtol < 1,
+            f"--solver-rtol must lie in (0, 1), got {args.solver_rtol}.",
+        ),
+    ]
+
+
+def _check_fit(args, starts: int, flag: str) -> None:
+    """The arguments of a multi-start fit, before the problem is loaded."""
+    _require(
+        [
+            (starts >= 1, f"{flag} must be positive, got {starts}."),
+            (args.max_steps >= 1, f"--max-steps must be >= 1, got {args.max_steps}."),
+            *_common_checks(args),
+        ]
+    )
+
+
+def _validate(args, p: int) -> None:
+    """Every argument checked before any computation, so that a bad value costs nothing."""
+    if args.k is not None and not 0 <= args.k <= p:
+        raise _UsageError(f"--k must lie in [0, {p}] for {args.model}, got {args.k}.")
+    checks = [
+        (args.samples >= 0, f"--samples must be >= 0, got {args.samples}."),
+        (args.batch_size >= 1, f"--batch-size must be >= 1, got {args.batch_size}."),
+        (args.f >= 1, f"--f must be >= 1 (strong RRQR bound), got {args.f}."),
+        *_common_checks(args),
+        (
+            math.isfinite(args.threshold) and args.threshold > 0,
+            f"--threshold must be a positive number of decades, got {args.threshold}.",
+        ),
+    ]
+    _require(checks)
+    given = [f for f, v in (("--rtol", args.rtol), ("--atol", args.atol)) if v is not None]
+    given += ["--gap"] if args.gap else []
+    if len(given) > 1:
+        raise _UsageError(f"{' and '.join(given)}: give one rank rule, not {len(given)}.")
+    for flag, make in (("--rtol/--atol", _rank), ("--f", _method)):
+        try:
+            make(args)
+        except ValueError as e:
+            raise _UsageError(f"{flag}: {e}") from None
+    if args.fit:
+        _check_fit(args, args.fit, "--fit")
+    _check_outputs(args)
     if args.out:
         if not args.samples:
             raise _UsageError("--out keeps the results of --samples; give --samples too.")
@@ -176,8 +207,6 @@ def _fit(args, problem, starts: int):
 
     import jaxident as ji
 
-    if starts < 1:
-        raise _UsageError(f"the number of starts must be positive, got {starts}.")
     fits = ji.estimate(
         problem,
         starts=starts,
@@ -230,11 +259,8 @@ def _analyze_problem(args, problem) -> int:
 def cmd_fit(args) -> int:
     import jaxident as ji
 
-    if args.starts < 1:
-        raise _UsageError(f"--starts must be positive, got {args.starts}.")
-    for path, flag in ((args.plot, "--plot"), (args.json, "--json")):
-        if path:
-            _writable_file(path, flag)
+    _check_fit(args, args.starts, "--starts")
+    _check_outputs(args)
     problem = load_target(args.model, estimate_noise=True)
     if not isinstance(problem, ji.Problem):
         raise _UsageError(

@@ -198,6 +198,13 @@ def test_cli_fit_and_analyze_at_the_fit(tmp_path, capsys):
     assert "--starts must be positive" in capsys.readouterr().err
     assert cli.main(["fit", path, "--plot", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+    # the same checks of the outputs as analyze's, and of the fit's arguments
+    assert cli.main(["fit", path, "--plot", str(tmp_path / "w.xyz")]) == 2
+    assert "unknown figure format 'xyz'" in capsys.readouterr().err
+    assert cli.main(["fit", path, "--max-steps", "0"]) == 2
+    assert "--max-steps must be >= 1" in capsys.readouterr().err
+    assert cli.main(["analyze", path, "--fit", "-1"]) == 2
+    assert "--fit must be positive" in capsys.readouterr().err
 
 
 def test_noise_parameters_estimated_with_the_others():
