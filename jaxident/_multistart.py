@@ -20,6 +20,7 @@ from ._model import Integrator
 from ._predict import _PLAIN, _predict, Prediction
 from ._problem import Problem
 from ._sampling import check_key, latin_hypercube
+from ._solvers import more_damping, nielsen
 
 
 def gradient_and_fisher(problem: Problem, out: Prediction):
@@ -41,7 +42,6 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
     return g, rows.T @ rows
 
 
-_MU0 = 1e-3  # the initial damping, relative to the largest curvature
 _NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
 
 
@@ -102,10 +102,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
         # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
         # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
         # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
-        scale2 = jnp.maximum(s.scale2, jnp.diag(H))
-        floor = 1e-16 * jnp.max(scale2)
-        D2 = jnp.where(scale2 > 0, jnp.maximum(scale2, floor), 1.0)
-        mu = jnp.where(s.mu < 0, _MU0 * jnp.maximum(jnp.max(scale2), 1e-300), s.mu)
+        scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
         # a parameter at a bound whose gradient points out of the box is held
         held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0)) | ~free
         both = held[:, None] | held[None, :]
@@ -147,7 +144,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
             g=g2,
             H=H2,
             scale2=scale2,
-            mu=jnp.where(accept, mu * jnp.maximum(1 / 3, 1 - (2 * rho - 1) ** 3), mu * s.nu),
+            mu=jnp.where(accept, nielsen(mu, rho), mu * s.nu),
             nu=jnp.where(accept, 2.0, 2.0 * s.nu),
             slow=jnp.where(accept, slow, s.slow),
             done=converged | stuck,

@@ -38,6 +38,26 @@ def _sum_squares(r: Array) -> Array:
     return jnp.where(jnp.all(jnp.isfinite(r)), jnp.sum(r**2), jnp.inf)
 
 
+def more_damping(scale2, curvature, mu):
+    """Moré's scaling and Nielsen's initial damping (Moré 1978; Nielsen 1999): the
+    running maximum of each parameter's curvature `scale2`, the damping's diagonal `D2`
+    and the damping `mu` (`1e-3` of the largest curvature at the first step, where `mu`
+    is still negative). A curvature that is zero up to rounding (a parameter the data
+    cannot see) is scaled as one 1e16 times smaller than the largest, not by its own
+    ~1e-32: that would leave its direction undamped, and the step along it huge."""
+    scale2 = jnp.maximum(scale2, curvature)
+    floor = 1e-16 * jnp.max(scale2)
+    D2 = jnp.where(scale2 > 0, jnp.maximum(scale2, floor), 1.0)
+    tiny = jnp.finfo(scale2.dtype).tiny
+    mu = jnp.where(mu < 0, 1e-3 * jnp.maximum(jnp.max(scale2), tiny), mu)
+    return scale2, D2, mu
+
+
+def nielsen(mu, rho):
+    """Nielsen's damping after an accepted step whose gain ratio is `rho`."""
+    return mu * jnp.maximum(1 / 3, 1 - (2 * rho - 1) ** 3)
+
+
 class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     """Levenberg-Marquardt with Nielsen's damping update and Moré's column scaling
     (Moré 1978; Nielsen 1999), written for residuals that come from an ODE solve:
@@ -117,14 +137,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         J_ok = jnp.all(jnp.isfinite(J))
         J = jnp.where(J_ok, J, 0.0)
         r = state.residual
-        scale2 = jnp.maximum(state.scale2, jnp.sum(J**2, axis=0))
-        # A column that is zero up to rounding (a parameter the data cannot see, here)
-        # is scaled as one 1e8 times smaller than the largest, not by its own ~1e-16
-        # norm: that would leave its direction undamped, and the step along it huge.
-        floor = 1e-16 * jnp.max(scale2)
-        D = jnp.where(scale2 > 0, jnp.sqrt(jnp.maximum(scale2, floor)), 1.0)
-        tiny = jnp.finfo(r.dtype).tiny
-        mu = jnp.where(state.mu < 0, 1e-3 * jnp.maximum(jnp.max(scale2), tiny), state.mu)
+        scale2, D2, mu = more_damping(state.scale2, jnp.sum(J**2, axis=0), state.mu)
+        D = jnp.sqrt(D2)
         # min ||J s + r||^2 + mu ||D s||^2 by QR of the stacked system (full column rank
         # for mu > 0), never through J^T J.
         A = jnp.concatenate([J, jnp.sqrt(mu) * jnp.diag(D)], axis=0)
@@ -168,7 +182,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             residual=jnp.where(accept, r_new, r),
             jacobian=J_next,
             cost=jnp.where(accept, cost_new, state.cost),
-            mu=jnp.where(accept, mu * jnp.maximum(1 / 3, 1 - (2 * rho - 1) ** 3), reject_mu),
+            mu=jnp.where(accept, nielsen(mu, rho), reject_mu),
             nu=jnp.where(accept | stale, 2.0, 2.0 * state.nu),
             scale2=scale2,
             exact=exact,
