@@ -20,9 +20,9 @@ import json
 import os
 import pathlib
 import platform
-import subprocess
-import tempfile
 import time
+
+from bench_petab import run_peer
 
 
 PYPESTO_SCRIPT = r"""
@@ -90,23 +90,10 @@ def jaxident_rows(yaml_path: str, n: int, seed: int):
 
 
 def pypesto_rows(yaml_path, problem, starts, python) -> dict:
-    import numpy as np
-
     if not python:
         return {"skipped": "give --pypesto-python (pip install amici swig petab pypesto fides)"}
-    with tempfile.TemporaryDirectory() as tmp:
-        np.save(f"{tmp}/starts.npy", starts)
-        json.dump(list(problem.parameters.names), open(f"{tmp}/names.json", "w"))
-        script = pathlib.Path(tmp) / "pypesto_run.py"
-        script.write_text(PYPESTO_SCRIPT)
-        args = [python, str(script), yaml_path, f"{tmp}/starts.npy", f"{tmp}/names.json",
-                f"{tmp}/model"]  # fmt: skip
-        # AMICI's build calls swig, installed beside that Python (pip install swig)
-        env = {**os.environ, "PATH": f"{os.path.dirname(python)}:{os.environ['PATH']}"}
-        proc = subprocess.run(args, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        return {"skipped": f"failed: {proc.stderr[-800:]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_peer(python, PYPESTO_SCRIPT, yaml_path, starts, problem)
+    return {"skipped": out} if isinstance(out, str) else out
 
 
 def summary(rows: dict, best: float) -> None:

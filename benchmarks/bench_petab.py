@@ -152,33 +152,33 @@ def jaxident_rows(problem, samples, lanes) -> dict:
 
 
 def amici_rows(problem, samples, amici_python) -> dict:
-    import numpy as np
-
     if not amici_python:
         return {"amici": "not run: give --amici-python (pip install amici swig petab)"}
+    out = run_peer(amici_python, AMICI_SCRIPT, problem_yaml(problem), samples, problem)
+    if isinstance(out, str):
+        return {"amici": out}
+    return {f"amici_{k}": v for k, v in out.items()}
+
+
+def run_peer(python, script_text, yaml_path, samples, problem) -> dict | str:
+    """`script_text` run by the Python of a peer's environment with the arguments
+    `yaml_path samples.npy names.json model_folder` (the samples' parameter names are
+    the problem's): the JSON object its last line prints, or why it failed."""
+    import numpy as np
+
     with tempfile.TemporaryDirectory() as tmp:
-        np.save(f"{tmp}/s.npy", samples)
+        np.save(f"{tmp}/samples.npy", samples)
         json.dump(list(problem.parameters.names), open(f"{tmp}/names.json", "w"))
-        script = pathlib.Path(tmp) / "amici_run.py"
-        script.write_text(AMICI_SCRIPT)
-        yaml_path = problem_yaml(problem)
-        proc = subprocess.run(
-            [
-                amici_python,
-                str(script),
-                yaml_path,
-                f"{tmp}/s.npy",
-                f"{tmp}/names.json",
-                f"{tmp}/model",
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            # AMICI's build calls swig, installed beside that Python (pip install swig)
-            env={**os.environ, "PATH": f"{os.path.dirname(amici_python)}:{os.environ['PATH']}"},
-        )
+        script = pathlib.Path(tmp) / "peer_run.py"
+        script.write_text(script_text)
+        args = [python, str(script), yaml_path, f"{tmp}/samples.npy", f"{tmp}/names.json",
+                f"{tmp}/model"]  # fmt: skip
+        # AMICI's build calls swig, installed beside that Python (pip install swig)
+        env = {**os.environ, "PATH": f"{os.path.dirname(python)}:{os.environ['PATH']}"}
+        proc = subprocess.run(args, capture_output=True, text=True, env=env)
     if proc.returncode:
-        return {"amici": f"failed: {proc.stderr[-800:]}"}
-    return {f"amici_{k}": v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+        return f"failed: {proc.stderr[-800:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def problem_yaml(problem) -> str:
