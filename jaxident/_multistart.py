@@ -170,6 +170,23 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     return s.theta, s.nll, s.steps, result, at_bound
 
 
+def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float):
+    """One fit from the host, through the kept kernel (compiled once per problem and
+    shapes): `(theta, nll, steps, result, at_bound)` as NumPy values."""
+    with callback_free():
+        out = call_kept(
+            _fit_problem,
+            problem,
+            jnp.asarray(theta0, float),
+            jnp.asarray(free, bool),
+            integrator,
+            jnp.asarray(max_steps),
+            jnp.asarray(rtol, float),
+            on_error_mode(),
+        )
+    return jax.tree.map(np.asarray, out)
+
+
 class MultiStart(eqx.Module):
     """The result of `ji.estimate(problem, starts=...)`: every start's fit, sorted by
     negative log-likelihood (best first).
@@ -306,18 +323,8 @@ def estimate_problem(
     outs = []
     bar = tqdm(pts, desc=f"fit {problem.name or 'problem'}", disable=not progress or len(pts) < 2)
     for x in bar:
-        with callback_free():
-            out = call_kept(
-                _fit_problem,
-                problem,
-                jnp.asarray(x),
-                jnp.ones(x.shape, bool),
-                integrator,
-                jnp.asarray(max_steps),
-                jnp.asarray(rtol, float),
-                on_error_mode(),
-            )
-        outs.append(jax.tree.map(np.asarray, out))
+        out = fit_once(problem, x, np.ones(x.shape, bool), integrator, max_steps, rtol)
+        outs.append(out)
         best = min(float(o[1]) for o in outs)
         bar.set_postfix(best=f"{best:.6g}")
     theta, nll, steps, result, at_bound = jax.tree.map(lambda *xs: np.stack(xs), *outs)

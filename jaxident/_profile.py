@@ -5,7 +5,6 @@ engine, `_multistart._fit_problem`)."""
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike
@@ -13,10 +12,10 @@ from tqdm.auto import tqdm
 
 from . import plot
 from ._checks import check_model, check_theta
-from ._context import call_kept, callback_free, clean_errors, on_error_mode
+from ._context import clean_errors
 from ._estimate import estimate
 from ._model import AbstractModel, Integrator
-from ._multistart import _fit_problem
+from ._multistart import fit_once
 from ._problem import Problem
 from ._simulate import Trajectory
 from ._transforms import fix_parameters
@@ -212,11 +211,7 @@ def profile_problem(
     def fit(value, guess):
         start = theta0.copy()
         start[j], start[others] = value, guess
-        with callback_free():
-            theta, nll, _, result, _ = call_kept(
-                _fit_problem, problem, jnp.asarray(start), jnp.asarray(free), integrator,
-                jnp.asarray(max_steps), jnp.asarray(1e-8), on_error_mode(),
-            )  # fmt: skip
+        theta, nll, _, result, _ = fit_once(problem, start, free, integrator, max_steps, 1e-8)
         # a point counts where the fit converged or used its steps (its cost is then an
         # upper bound of the profile), not where it stagnated or the model failed
         usable = (result == optx.RESULTS.successful) | (
