@@ -254,3 +254,18 @@ def test_ivgtt_singularity_probing_in_seconds():
     assert int(np.sum(np.asarray(res.probes_active[0]))) == 104
     (level,) = res.probes
     assert np.all(np.asarray(level.ok))
+
+
+def test_reduction_counts_the_confirmed_set_per_sample():
+    """`reduce_parameters(confirmed=True)` counts at a sample what `lserc` confirms
+    there (the same rule, compiled inside the sweep): Example 1 at theta* confirms
+    theta3 alone; without `confirmed` the whole non-identifiable set counts."""
+    m = ji.models.load("nonsmooth_dae_example")
+    method = ji.LSERC(twin=0.0)
+    assert ji.lserc(m, m.THETA_STAR, method=method).confirmed == ("theta3",)
+    samples = np.asarray(m.THETA_STAR)[None]
+    kw = dict(method=method, fix_at="nominal", progress=False)
+    red = ji.reduce_parameters(m, samples, confirmed=True, **kw)
+    assert red.counts.tolist() == [0, 0, 1, 0]
+    red = ji.reduce_parameters(m, samples, **kw)
+    assert red.counts.tolist() == [1, 1, 1, 0]

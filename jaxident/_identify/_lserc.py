@@ -150,6 +150,17 @@ def _probe_points(model, thetas, active, times, D, integrator, method, mode):
     return jax.lax.map(one, (thetas, active))
 
 
+def confirmed_mask(ref: Probe, probes, active) -> Bool[Array, " p"]:
+    """Non-identifiable at the reference point and at every active singularity probe
+    whose solves all succeeded (a probe whose solve failed in some direction says
+    nothing). Jittable: `reduce_parameters` counts it per sample."""
+    mask = ref.non_identifiable
+    for probe, act in zip(probes, active):
+        counted = act & jnp.all(probe.ok, axis=-1)
+        mask = mask & jnp.all(jnp.where(counted[:, None], probe.non_identifiable, True), 0)
+    return mask
+
+
 class LSERCResult(eqx.Module):
     """The result of the L-SERC test (Algorithm 1 of Abdelfattah et al. 2024) at a
     parameter point.
@@ -222,11 +233,8 @@ class LSERCResult(eqx.Module):
         """Non-identifiable at `theta` and at every active singularity probe whose solves
         all succeeded (a probe whose solve failed in some direction says nothing: see
         `n_failed_probes`)."""
-        m = self._mask().copy()
-        for probe, active in zip(self.probes, self.probes_active):
-            act = np.asarray(active, bool) & np.all(np.asarray(probe.ok), axis=-1)
-            if act.any():
-                m &= np.all(np.asarray(probe.non_identifiable)[act], axis=0)
+        self._mask()  # (one result, not a batch)
+        m = np.asarray(confirmed_mask(self.reference, self.probes, self.probes_active))
         return tuple(n for n, b in zip(self.names, m) if b)
 
     @property

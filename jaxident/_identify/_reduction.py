@@ -15,7 +15,7 @@ from .._model import AbstractModel, Integrator
 from .._sampling import latin_hypercube
 from .._sweep import sweep
 from .._transforms import fix_parameters
-from ._lserc import lserc_tree
+from ._lserc import confirmed_mask, lserc_tree
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
 
@@ -105,12 +105,7 @@ class _ReductionSample(eqx.Module):
         ref, probes, active, _ = lserc_tree(
             self.model, theta, self.times, self.D, self.integrator, method
         )
-        mask = ref.non_identifiable
-        if self.confirmed:
-            for pr, act in zip(probes, active):
-                # (a probe whose solve failed in some direction says nothing)
-                counted = act & jnp.all(pr.ok, axis=-1)
-                mask = mask & jnp.all(jnp.where(counted[:, None], pr.non_identifiable, True), 0)
+        mask = confirmed_mask(ref, probes, active)  # (no probes without `confirmed`)
         return mask, jnp.all(ref.ok)
 
 
