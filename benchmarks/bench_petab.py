@@ -108,7 +108,7 @@ def samples_for(problem, n: int, seed: int = 0):
     import numpy as np
 
     import jaxident as ji
-    from jaxident._problem import from_scale, to_scale
+    from jaxident._problem._base import from_scale, to_scale
 
     box = (np.full(problem.parameters.p, -0.2), np.full(problem.parameters.p, 0.2))
     u = np.array(ji.latin_hypercube(jax.random.key(seed), box, n))

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxident as ji
-from jaxident._perturb import _response_fn
+from jaxident._identify._perturb import _response_fn
 
 
 def timed(f, *a, reps=3):

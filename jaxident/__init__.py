@@ -1,15 +1,24 @@
 import importlib.metadata
 
+from ._runtime import _config as _config  # (first: float64 and the compilation cache)
+
+
+# isort: split
 from . import (
-    _config as _config,
     data as data,
     linalg as linalg,
     models as models,
     petab as petab,
     plot as plot,
 )
-from ._delay_jacobian import attractor_states as attractor_states, delay_jacobian as delay_jacobian
-from ._estimate import Estimate as Estimate, estimate as estimate
+from ._fit._estimate import Estimate as Estimate, estimate as estimate
+from ._fit._multistart import MultiStart as MultiStart
+from ._fit._profile import (
+    Profile as Profile,
+    profile as profile,
+    profile_problem as profile_problem,
+)
+from ._fit._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,
@@ -17,6 +26,10 @@ from ._identify._css import (
 from ._identify._delay import (
     delay_estimability as delay_estimability,
     DelayEstimability as DelayEstimability,
+)
+from ._identify._delay_jacobian import (
+    attractor_states as attractor_states,
+    delay_jacobian as delay_jacobian,
 )
 from ._identify._estimability import (
     Estimability as Estimability,
@@ -28,9 +41,22 @@ from ._identify._lserc import (
     LSERCResult as LSERCResult,
     Probe as Probe,
 )
+from ._identify._perturb import (
+    perturbation_analysis as perturbation_analysis,
+    PerturbationAnalysis as PerturbationAnalysis,
+    SmallGapWarning as SmallGapWarning,
+)
 from ._identify._reduction import (
     reduce_parameters as reduce_parameters,
     Reduction as Reduction,
+)
+from ._identify._rom import (
+    POD as POD,
+    pod_basis as pod_basis,
+    pod_reduce as pod_reduce,
+    rom_perturbation_error as rom_perturbation_error,
+    rom_similarity as rom_similarity,
+    Similarity as Similarity,
 )
 from ._identify._stepwise import one_by_one as one_by_one, set_by_set as set_by_set
 from ._identify._stepwise_method import Stepwise as Stepwise
@@ -59,8 +85,7 @@ from ._linalg._ranking import (
     SensitivityNorm as SensitivityNorm,
 )
 from ._linalg._selection import Selection as Selection
-from ._measurements import MeasurementError as MeasurementError
-from ._model import (
+from ._model._base import (
     AbstractModel as AbstractModel,
     AbstractSensitivityMethod as AbstractSensitivityMethod,
     AlgebraicModel as AlgebraicModel,
@@ -71,8 +96,7 @@ from ._model import (
     ODEModel as ODEModel,
     SensitivityEquations as SensitivityEquations,
 )
-from ._multistart import MultiStart as MultiStart
-from ._nonsmooth import (
+from ._model._nonsmooth import (
     fsign as fsign,
     ld_jvp as ld_jvp,
     nabs as nabs,
@@ -80,46 +104,9 @@ from ._nonsmooth import (
     nmid as nmid,
     nmin as nmin,
 )
-from ._parameters import Parameters as Parameters, ParameterValues as ParameterValues
-from ._perturb import (
-    perturbation_analysis as perturbation_analysis,
-    PerturbationAnalysis as PerturbationAnalysis,
-    SmallGapWarning as SmallGapWarning,
-)
-from ._predict import (
-    predict as predict,
-    Prediction as Prediction,
-    problem_sensitivity as problem_sensitivity,
-)
-from ._problem import Experiment as Experiment, Problem as Problem
-from ._profile import Profile as Profile, profile as profile, profile_problem as profile_problem
-from ._report import analyze as analyze
-from ._report_result import Group as Group, Report as Report
-from ._rom import (
-    POD as POD,
-    pod_basis as pod_basis,
-    pod_reduce as pod_reduce,
-    rom_perturbation_error as rom_perturbation_error,
-    rom_similarity as rom_similarity,
-    Similarity as Similarity,
-)
-from ._rosenbrock import Rodas4 as Rodas4
-from ._sampling import latin_hypercube as latin_hypercube
-from ._sensitivity import (
-    ld_sensitivity as ld_sensitivity,
-    LSensitivity as LSensitivity,
-    Sensitivity as Sensitivity,
-    sensitivity as sensitivity,
-    sensitivity_matrix as sensitivity_matrix,
-)
-from ._simulate import simulate as simulate, Trajectory as Trajectory
-from ._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
-from ._sweep import (
-    load_sweep as load_sweep,
-    sweep as sweep,
-    SweepResult as SweepResult,
-)
-from ._transforms import (
+from ._model._parameters import Parameters as Parameters, ParameterValues as ParameterValues
+from ._model._sampling import latin_hypercube as latin_hypercube
+from ._model._transforms import (
     AbstractTransformedModel as AbstractTransformedModel,
     change_units as change_units,
     fix_parameters as fix_parameters,
@@ -127,11 +114,35 @@ from ._transforms import (
     ReparameterizedDAEModel as ReparameterizedDAEModel,
     ReparameterizedODEModel as ReparameterizedODEModel,
 )
-from ._transforms_state import (
+from ._model._transforms_state import (
     free_initial_state as free_initial_state,
     InitialStateModel as InitialStateModel,
     PODModel as PODModel,
 )
+from ._problem._base import Experiment as Experiment, Problem as Problem
+from ._problem._measurements import MeasurementError as MeasurementError
+from ._problem._predict import (
+    predict as predict,
+    Prediction as Prediction,
+    problem_sensitivity as problem_sensitivity,
+)
+from ._problem._scale import Scale as Scale
+from ._problem._sensitivity import (
+    ld_sensitivity as ld_sensitivity,
+    LSensitivity as LSensitivity,
+    Sensitivity as Sensitivity,
+    sensitivity as sensitivity,
+    sensitivity_matrix as sensitivity_matrix,
+)
+from ._report._analyze import analyze as analyze
+from ._report._result import Group as Group, Report as Report
+from ._runtime._sweep import (
+    load_sweep as load_sweep,
+    sweep as sweep,
+    SweepResult as SweepResult,
+)
+from ._solve._rosenbrock import Rodas4 as Rodas4
+from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 
 
 __version__ = importlib.metadata.version("jaxident")
@@ -140,7 +151,7 @@ __version__ = importlib.metadata.version("jaxident")
 def __getattr__(name):
     # the SBML reader pulls in SymPy and libsbml: only when asked for
     if name in ("sbml_model", "SBMLModel"):
-        from . import _sbml
+        from ._io import _sbml
 
         return getattr(_sbml, name)
     raise AttributeError(f"module 'jaxident' has no attribute {name!r}")

@@ -32,10 +32,11 @@ import os
 import pickle
 import re
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
-from . import _exported
+from ._runtime import _exported
 
 
 def _petab():
@@ -278,22 +279,70 @@ def _load_key(yaml_path: str, name, allow_missing, estimate_noise) -> str | None
 
 
 def _load(yaml_path: str, name, allow_missing, estimate_noise):
-    import pandas as pd
+    """The steps of an import: the tables, the observables, the SBML file's ids, the
+    estimated parameters, the model, the experiments."""
+    from ._problem._base import Problem
 
-    from ._problem import Experiment, Problem
-    from ._sbml import initial_set, initial_value, sbml_model
-    from ._symbolic import symbols_of
+    tables = _tables(yaml_path, allow_missing)
+    obs = _observables(tables.observables)
+    par = _parameter_table(tables)
+    ids = _sbml_ids(tables.sbml_path)
+    est = _estimated(tables, obs, par, ids, estimate_noise)
+    model = _build_model(tables, obs, par, ids, est)
+    experiments = _Experiments(yaml_path, tables, obs, par, ids, est, model)
+    built = experiments.all()
+    problem_params = _parameters(par.table, est.estimated, yaml_path)
+    return Problem(
+        model.model,
+        built,
+        problem_params,
+        {p: par.scale_of[p] for p in est.estimated},
+        obs.transforms,
+        obs.distributions,
+        noise_outputs=[not h for h in model.on_host] if not all(model.on_host) else False,
+        noise_parameters=est.noise_only,
+        name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
+        override_text=experiments.override_text,
+    )
 
+
+class _Tables(NamedTuple):
+    """The linted tables (pandas frames) and the SBML file."""
+
+    parameters: object
+    conditions: object
+    measurements: object
+    observables: object
+    sbml_path: str
+
+
+def _tables(yaml_path: str, allow_missing: bool) -> _Tables:
     base = os.path.dirname(os.path.abspath(yaml_path))
     linted, spec = _linted(yaml_path, allow_missing)
-    par_df = linted.parameter_df.reset_index()
-    cond_df = linted.condition_df.reset_index()
     meas_df = linted.measurement_df.reset_index(drop=True)
-    obs_df = linted.observable_df.reset_index()
     _check_tables(yaml_path, linted.parameter_df, meas_df)
-    sbml_path = os.path.join(base, spec["sbml_files"][0])
+    return _Tables(
+        linted.parameter_df.reset_index(),
+        linted.condition_df.reset_index(),
+        meas_df,
+        linted.observable_df.reset_index(),
+        os.path.join(base, spec["sbml_files"][0]),
+    )
 
-    # observables and noise formulas, with their placeholders
+
+class _Observables(NamedTuple):
+    """The observable table: formulas by id, noise formulas by `sigma_<id>`, the
+    transformations and noise distributions in the table's order, and the placeholders
+    (`observableParameter1_<id>`: `(id, kind, index)`)."""
+
+    formulas: dict
+    noise: dict
+    transforms: list
+    distributions: list
+    placeholders: dict
+
+
+def _observables(obs_df) -> _Observables:
     observables, noise, transforms, distributions, placeholders = {}, {}, [], [], {}
     for _, row in obs_df.iterrows():
         oid = row["observableId"]
@@ -302,7 +351,7 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
         observables[oid], noise[f"sigma_{oid}"] = f, s
         transforms.append(_cell(row.get("observableTransformation"), "lin"))
         distributions.append(_cell(row.get("noiseDistribution"), "normal"))
-        for sym in f.free_symbols | s.free_symbols:
+        for sym in sorted(f.free_symbols | s.free_symbols, key=lambda x: x.name):
             m = re.fullmatch(r"(observable|noise)Parameter(\d+)_(.+)", sym.name)
             if m and m.group(3) == oid:
                 placeholders[sym.name] = (oid, m.group(1), int(m.group(2)))
@@ -313,17 +362,73 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
     for d in distributions:
         if d not in ("normal", "laplace"):
             _bad(f"noise distribution {d!r}")
+    return _Observables(observables, noise, transforms, distributions, placeholders)
 
-    # the PEtab parameters
-    par_df = par_df.set_index("parameterId")
+
+class _ParameterTable(NamedTuple):
+    """The parameter table by `parameterId`, which rows are estimated, and each
+    parameter's scale and nominal value."""
+
+    table: object
+    estimated: object
+    scale_of: dict
+    nominal_of: dict
+
+
+def _parameter_table(tables: _Tables) -> _ParameterTable:
+    par_df = tables.parameters.set_index("parameterId")
     est = par_df["estimate"].astype(float) == 1
     scale_of = {p: str(par_df.loc[p, "parameterScale"]) for p in par_df.index}
     nominal_of = {p: float(par_df.loc[p, "nominalValue"]) for p in par_df.index}
+    return _ParameterTable(par_df, est, scale_of, nominal_of)
 
-    # which estimated parameters are noise-only: they appear only among noise overrides
+
+class _SBMLIds(NamedTuple):
+    """The ids the SBML file declares: parameters and compartments, species,
+    compartments, the targets of its rules and of its rate rules, and the symbols with
+    an initial assignment."""
+
+    model: object
+    parameters: set
+    species: set
+    compartments: set
+    ruled: set
+    rated: set
+    assigned: set
+
+
+def _sbml_ids(sbml_path: str) -> _SBMLIds:
+    from ._io._sbml import read_sbml
+
+    _, sbml = read_sbml(sbml_path)
+    rules = list(sbml.getListOfRules())
+    return _SBMLIds(
+        sbml,
+        {x.getId() for x in [*sbml.getListOfParameters(), *sbml.getListOfCompartments()]},
+        {s.getId() for s in sbml.getListOfSpecies()},
+        {c.getId() for c in sbml.getListOfCompartments()},
+        {r.getVariable() for r in rules},
+        {r.getVariable() for r in rules if r.isRate()},
+        {a.getSymbol() for a in sbml.getListOfInitialAssignments()},
+    )
+
+
+class _Estimated(NamedTuple):
+    """The estimated parameters of the problem, those held as noise-only, and per
+    observable the names its noise overrides use."""
+
+    estimated: list
+    noise_only: tuple
+    noise_names: dict
+
+
+def _estimated(tables, obs: _Observables, par: _ParameterTable, ids: _SBMLIds, estimate_noise):
+    """Which estimated parameters are noise-only: they appear only among noise
+    overrides and noise formulas (held at their nominal values, unless
+    `estimate_noise`)."""
     noise_refs, other_refs = set(), set()
     noise_names: dict[str, set] = {}  # per observable, the names its noise overrides use
-    for _, row in meas_df.iterrows():
+    for _, row in tables.measurements.iterrows():
         for v in _overrides(row.get("noiseParameters")):
             if isinstance(v, str):
                 noise_refs.add(v)
@@ -331,81 +436,112 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
         for v in _overrides(row.get("observableParameters")):
             if isinstance(v, str):
                 other_refs.add(v)
-    for col in cond_df.columns:
-        for v in cond_df[col]:
+    for col in tables.conditions.columns:
+        for v in tables.conditions[col]:
             if isinstance(v, str):
                 other_refs.add(v)
-    for e in [*observables.values()]:
+    for e in obs.formulas.values():
         other_refs |= {s.name for s in e.free_symbols}
-    for e in noise.values():
+    for e in obs.noise.values():
         noise_refs |= {s.name for s in e.free_symbols}
-    # symbols of the SBML model
-    from ._sbml import read_sbml
-
-    _, sbml = read_sbml(sbml_path)
-    sbml_ids = {x.getId() for x in [*sbml.getListOfParameters(), *sbml.getListOfCompartments()]}
-    species_ids = {s.getId() for s in sbml.getListOfSpecies()}
-    compartment_ids = {c.getId() for c in sbml.getListOfCompartments()}
-    other_refs |= sbml_ids
+    other_refs |= ids.parameters
+    index = par.table.index[par.estimated]
     noise_only = tuple(
-        p
-        for p in par_df.index[est]
-        if p in noise_refs and p not in other_refs and not estimate_noise
+        p for p in index if p in noise_refs and p not in other_refs and not estimate_noise
     )
-    estimated = [p for p in par_df.index[est] if p not in noise_only]
+    estimated = [p for p in index if p not in noise_only]
+    return _Estimated(estimated, noise_only, noise_names)
 
+
+class _Model(NamedTuple):
+    """The SBML model with the observables (and noise formulas evaluated in the solve)
+    as outputs, which noise formulas are evaluated per datum on the host instead, the
+    condition table's columns and those of them that set initial values, and the value
+    of every fixed name."""
+
+    model: object
+    on_host: list
+    condition_columns: list
+    initial_columns: list
+    constants: dict
+
+
+def _build_model(tables, obs: _Observables, par: _ParameterTable, ids: _SBMLIds, est: _Estimated):
+    from ._io._sbml import sbml_model
+    from ._io._symbolic import symbols_of
+
+    estimated = est.estimated
     # extra parameters: placeholders and PEtab parameters the SBML file lacks
-    extra = {ph: 1.0 for ph in placeholders}
-    used = set().union(*(symbols_of(e) for e in [*observables.values(), *noise.values()]))
-    for p in par_df.index:
-        if p not in sbml_ids and p not in extra and (p in estimated or p in used):
-            extra[p] = nominal_of[p]
+    extra = {ph: 1.0 for ph in obs.placeholders}
+    used = set().union(*(symbols_of(e) for e in [*obs.formulas.values(), *obs.noise.values()]))
+    for p in par.table.index:
+        if p not in ids.parameters and p not in extra and (p in estimated or p in used):
+            extra[p] = par.nominal_of[p]
     # a noise formula in numbers and fixed parameters only is evaluated per datum here;
     # one that depends on the state or on estimated parameters becomes a model output
-    dynamic = (
-        species_ids | set(estimated) | {"time"} | {r.getVariable() for r in sbml.getListOfRules()}
-    )
+    dynamic = ids.species | set(estimated) | {"time"} | ids.ruled
     # so does one whose noise overrides name an estimated parameter (a scale factor that
     # is estimated for the observable too: `s_gel1;sigma` for `np1 * np2`)
-    by_estimated = {oid for oid, used in noise_names.items() if used & set(estimated)}
+    by_estimated = {oid for oid, names in est.noise_names.items() if names & set(estimated)}
     on_host = [
         oid not in by_estimated
         and not any(
-            s.name in dynamic or placeholders.get(s.name, ("", "noise"))[1] == "observable"
-            for s in noise[f"sigma_{oid}"].free_symbols
+            s.name in dynamic or obs.placeholders.get(s.name, ("", "noise"))[1] == "observable"
+            for s in obs.noise[f"sigma_{oid}"].free_symbols
         )
-        for oid in observables
+        for oid in obs.formulas
     ]
-    outputs = dict(observables)
+    outputs = dict(obs.formulas)
     if not all(on_host):
-        outputs.update(noise)
+        outputs.update(obs.noise)
     # species (and rate-rule variables) set by a condition: their initial values
-    cond_cols = [c for c in cond_df.columns if c not in ("conditionId", "conditionName")]
-    rated = {r.getVariable() for r in sbml.getListOfRules() if r.isRate()}
-    init_cols = [c for c in cond_cols if c in species_ids or c in rated]
+    cond_cols = [c for c in tables.conditions.columns if c not in ("conditionId", "conditionName")]
+    init_cols = [c for c in cond_cols if c in ids.species or c in ids.rated]
     # parameters and compartments with an initial assignment that a condition sets
-    assigned_ids = {a.getSymbol() for a in sbml.getListOfInitialAssignments()}
-    set_by_conditions = [c for c in cond_cols if c in sbml_ids and c in assigned_ids]
+    set_by_conditions = [c for c in cond_cols if c in ids.parameters and c in ids.assigned]
     model = sbml_model(
-        sbml_path,
+        tables.sbml_path,
         observables=outputs,
         extra_parameters=extra,
         initial_overrides=init_cols,
         parameter_overrides=set_by_conditions,
     )
     constants = dict(zip(model.parameters.names, np.asarray(model.parameters.nominal).tolist()))
-    constants.update({p: nominal_of[p] for p in par_df.index})
+    constants.update(par.nominal_of)
+    return _Model(model, on_host, cond_cols, init_cols, constants)
 
-    # one experiment per condition pair
-    cond_df = cond_df.set_index("conditionId")
-    for c in cond_cols:
-        if c not in model.parameters.names and c not in init_cols:
-            raise ValueError(
-                f"{yaml_path}: condition column {c!r} is not a parameter or compartment of "
-                "the model."
-            )
 
-    def resolve(v):
+class _Experiments:
+    """One experiment per (pre-equilibration, simulation) condition pair: its time grid,
+    data and noise levels, and the model's parameters in it (condition values, overrides,
+    fixed parameters at their nominal values, estimated ones by name)."""
+
+    def __init__(self, yaml_path, tables, obs, par, ids, est, model: _Model):
+        self.yaml_path = yaml_path
+        self.obs = obs
+        self.par = par
+        self.ids = ids
+        self.estimated = est.estimated
+        self.m = model
+        self.model = model.model
+        self.obs_ids = list(obs.formulas)
+        self.conditions = tables.conditions.set_index("conditionId")
+        for c in model.condition_columns:
+            if c not in self.model.parameters.names and c not in model.initial_columns:
+                raise ValueError(
+                    f"{yaml_path}: condition column {c!r} is not a parameter or compartment "
+                    "of the model."
+                )
+        meas_df = tables.measurements.copy()
+        if "preequilibrationConditionId" not in meas_df:
+            meas_df["preequilibrationConditionId"] = ""
+        meas_df["preequilibrationConditionId"] = (
+            meas_df["preequilibrationConditionId"].astype(object).fillna("").astype(str)
+        )
+        self.measurements = meas_df
+        self.override_text: list = []
+
+    def resolve(self, v):
         """A number, or the name of an estimated parameter; fixed and noise-only
         parameters become their nominal values, other model ids stay names."""
         if isinstance(v, str):
@@ -413,68 +549,62 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
                 return float(v)
             except ValueError:
                 pass
-            if v in estimated:
+            if v in self.estimated:
                 return v
-            if v in constants:
-                return constants[v]
-            raise ValueError(f"{yaml_path}: {v!r} is neither a number nor a known parameter.")
+            if v in self.m.constants:
+                return self.m.constants[v]
+            raise ValueError(f"{self.yaml_path}: {v!r} is neither a number nor a known parameter.")
         return float(v)
 
-    def condition_map(cid):
+    def condition_map(self, cid):
+        from ._io._sbml import initial_set, initial_value
+
         out = {}
-        for c in cond_cols:
-            v = cond_df.loc[cid, c]
+        for c in self.m.condition_columns:
+            v = self.conditions.loc[cid, c]
             if isinstance(v, float) and np.isnan(v):
                 continue  # a species keeps its value (the model's, or pre-equilibrated)
-            if c in init_cols:
-                out[initial_value(c)], out[initial_set(c)] = resolve(v), 1.0
+            if c in self.m.initial_columns:
+                out[initial_value(c)], out[initial_set(c)] = self.resolve(v), 1.0
             else:
-                out[c] = resolve(v)
-                if c in compartment_ids and isinstance(out[c], float) and not out[c] > 0:
+                out[c] = self.resolve(v)
+                if c in self.ids.compartments and isinstance(out[c], float) and not out[c] > 0:
                     raise ValueError(
-                        f"{yaml_path}: the condition table sets compartment {c!r} to "
+                        f"{self.yaml_path}: the condition table sets compartment {c!r} to "
                         f"{out[c]:g} in condition {cid!r}: a compartment's size must be "
                         "positive."
                     )
-        for p in model.parameters.names:
-            if p not in out and p in par_df.index:
-                out[p] = resolve(p)
+        for p in self.model.parameters.names:
+            if p not in out and p in self.par.table.index:
+                out[p] = self.resolve(p)
         return out
 
-    def host_sigma(oid, vals):
-        from ._symbolic import evaluate
+    def host_sigma(self, oid, vals):
+        from ._io._symbolic import evaluate
 
-        env = dict(constants)
+        env = dict(self.m.constants)
         for k, v in enumerate(vals, start=1):
-            env[f"noiseParameter{k}_{oid}"] = resolve(v)
-        return float(evaluate(noise[f"sigma_{oid}"], env))
+            env[f"noiseParameter{k}_{oid}"] = self.resolve(v)
+        return float(evaluate(self.obs.noise[f"sigma_{oid}"], env))
 
-    meas_df = meas_df.copy()
-    if "preequilibrationConditionId" not in meas_df:
-        meas_df["preequilibrationConditionId"] = ""
-    meas_df["preequilibrationConditionId"] = (
-        meas_df["preequilibrationConditionId"].astype(object).fillna("").astype(str)
-    )
-    obs_ids = list(observables)
-
-    def overrides_of(row):
+    def overrides_of(self, row):
         """`{(observable, kind): values}` of the overrides a row puts in the model."""
         oid = row["observableId"]
-        if oid not in observables:
-            raise ValueError(f"{yaml_path}: measurement of unknown observable {oid!r}.")
+        if oid not in self.obs.formulas:
+            raise ValueError(f"{self.yaml_path}: measurement of unknown observable {oid!r}.")
         out = {}
         for kind, col in (("observable", "observableParameters"), ("noise", "noiseParameters")):
-            if kind == "noise" and on_host[obs_ids.index(oid)]:
+            if kind == "noise" and self.m.on_host[self.obs_ids.index(oid)]:
                 continue
             out[(oid, kind)] = tuple(_overrides(row.get(col)))
         return out
 
-    def buckets(df):
+    def buckets(self, df):
         """The rows of one condition pair in groups whose overrides agree: one group
         unless the overrides change between time points (each group an experiment)."""
         groups: list[tuple[dict, list]] = []
         for _, row in df.iterrows():
-            ov = overrides_of(row)
+            ov = self.overrides_of(row)
             for assigned, rows in groups:
                 if all(assigned.get(k, v) == v for k, v in ov.items()):
                     assigned.update(ov)
@@ -484,20 +614,24 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
                 groups.append((dict(ov), [row]))
         return groups
 
-    def experiment(rows, pre, sim, label):
+    def experiment(self, rows, pre, sim, label):
+        import pandas as pd
+
+        from ._problem._base import Experiment
+
         df = pd.DataFrame(rows)
         df_t = df["time"].astype(float)
         counts = df.assign(t=df_t).groupby(["t", "observableId"]).size()
         slots = counts.groupby(level=0).max()  # replicates: a time repeats
         times = np.repeat(slots.index.to_numpy(float), slots.to_numpy(int))
         first = {t: int(np.searchsorted(times, t)) for t in slots.index}
-        data = np.full((times.size, len(obs_ids)), np.nan)
+        data = np.full((times.size, len(self.obs_ids)), np.nan)
         sigma = np.ones_like(data)
-        cond = condition_map(sim)
+        cond = self.condition_map(sim)
         text = {}
         for _, row in df.iterrows():
             oid = row["observableId"]
-            o = obs_ids.index(oid)
+            o = self.obs_ids.index(oid)
             i = first[float(row["time"])]
             while not np.isnan(data[i, o]):
                 i += 1
@@ -507,43 +641,36 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
                 "" if _empty(row.get(col)) else row.get(col)
                 for col in ("observableParameters", "noiseParameters")
             )
-            if on_host[o]:
-                sigma[i, o] = host_sigma(oid, tuple(_overrides(row.get("noiseParameters"))))
-            for (_, kind), vals in overrides_of(row).items():
+            if self.m.on_host[o]:
+                noise = tuple(_overrides(row.get("noiseParameters")))
+                sigma[i, o] = self.host_sigma(oid, noise)
+            for (_, kind), vals in self.overrides_of(row).items():
                 for k, v in enumerate(vals, start=1):
                     ph = f"{kind}Parameter{k}_{oid}"
-                    if ph not in model.parameters.names:
-                        raise ValueError(f"{yaml_path}: {oid!r} has no placeholder {ph!r}.")
-                    cond[ph] = resolve(v)
-        pre_map = condition_map(pre) if pre else None
-        override_text.append(tuple(sorted(text.items())))
+                    if ph not in self.model.parameters.names:
+                        raise ValueError(f"{self.yaml_path}: {oid!r} has no placeholder {ph!r}.")
+                    cond[ph] = self.resolve(v)
+        pre_map = self.condition_map(pre) if pre else None
+        self.override_text.append(tuple(sorted(text.items())))
         return Experiment(times, data, sigma, cond, label, pre_map)
 
-    experiments, override_text = [], []
-    groups = meas_df.groupby(["preequilibrationConditionId", "simulationConditionId"], sort=False)
-    for (pre, sim), both in groups:
-        label = f"{pre}->{sim}" if pre else sim
-        steady = np.isinf(both["time"].astype(float).to_numpy())
-        for df, tag in ((both[~steady], ""), (both[steady], "#steady-state")):
-            if df.empty:
-                continue
-            parts = buckets(df)
-            for k, (_, rows) in enumerate(parts):
-                label_k = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
-                experiments.append(experiment(rows, pre, sim, label_k))
-    problem_params = _parameters(par_df, estimated, yaml_path)
-    return Problem(
-        model,
-        experiments,
-        problem_params,
-        {p: scale_of[p] for p in estimated},
-        transforms,
-        distributions,
-        noise_outputs=[not h for h in on_host] if not all(on_host) else False,
-        noise_parameters=noise_only,
-        name=name if name is not None else os.path.splitext(os.path.basename(yaml_path))[0],
-        override_text=override_text,
-    )
+    def all(self) -> list:
+        """Every experiment, in the measurement table's order of condition pairs; the
+        measurements at steady state (time `inf`) of a pair are an experiment of their
+        own."""
+        experiments = []
+        pairs = ["preequilibrationConditionId", "simulationConditionId"]
+        for (pre, sim), both in self.measurements.groupby(pairs, sort=False):
+            label = f"{pre}->{sim}" if pre else sim
+            steady = np.isinf(both["time"].astype(float).to_numpy())
+            for df, tag in ((both[~steady], ""), (both[steady], "#steady-state")):
+                if df.empty:
+                    continue
+                parts = self.buckets(df)
+                for k, (_, rows) in enumerate(parts):
+                    label_k = label + tag + (f"#{k + 1}" if len(parts) > 1 else "")
+                    experiments.append(self.experiment(rows, pre, sim, label_k))
+        return experiments
 
 
 def _empty(value) -> bool:
@@ -569,7 +696,7 @@ def _parameters(par_df, estimated, yaml_path):
     """The estimated parameters; a nominal value outside its bounds (petab's linter lets
     it pass; Lang_PLOSComputBiol2024 has four) widens the bounds to it, with a warning
     naming them: the analysis is at the nominal point, and fits start inside."""
-    from ._parameters import Parameters
+    from ._model._parameters import Parameters
 
     lo = np.array([float(par_df.loc[p, "lowerBound"]) for p in estimated])
     up = np.array([float(par_df.loc[p, "upperBound"]) for p in estimated])

@@ -35,7 +35,7 @@ _one_core_per_worker()
 os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 # Compile without XLA's CPU fusion emitters, as the entry points' kept kernels are
-# compiled for a user (jaxident/_exported.py): the suite is mostly compilation, and this
+# compiled for a user (jaxident/_runtime/_exported.py): the suite is mostly compilation, and this
 # makes it about 30% faster (test_lserc, test_estimate and test_ecoli: 43 s against
 # 63 s). Results differ at rounding level only. The notebook kernels inherit it; a flag
 # already given in XLA_FLAGS is kept.

@@ -203,8 +203,8 @@ def test_sensitivities_outside_the_error_test(solver):
     the tangents ride on exactly the steps of a plain solve, a quarter fewer than with
     them in the test, and stay within 100 rtol of a reference at rtol 1e-12 (measured:
     0.4-5 rtol, against 0.1-2.6 rtol controlled)."""
-    from jaxident._forward import forward_sensitivities
-    from jaxident._simulate import solve
+    from jaxident._solve._forward import forward_sensitivities
+    from jaxident._solve._simulate import solve
 
     model = ji.models.load("svir")
     theta, times = model.parameters.nominal, model.times

@@ -1,4 +1,4 @@
-"""Kernels kept lowered on disk (`jaxident._exported`): the key sees everything a trace
+"""Kernels kept lowered on disk (`jaxident._runtime._exported`): the key sees everything a trace
 depends on (a model's code included), a second process loads the kernels instead of
 tracing them, with the same results, and code changed between processes is traced anew."""
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import jaxident as ji
-from jaxident import _config, _exported, _sweep
-from jaxident._sensitivity import _sensitivity
+from jaxident._runtime import _config, _exported, _sweep
+from jaxident._problem._sensitivity import _sensitivity
 
 
 _DECAY = """
@@ -187,7 +187,7 @@ def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
     """An equinox check traced first as a host callback is traced as NaN inside
     `callback_free` (else a fit kernel could not be kept after, say, a simulation had
     traced the same diffrax check), and as a callback again after it."""
-    from jaxident._context import callback_free
+    from jaxident._runtime._context import callback_free
 
     def check(x):
         return eqx.error_if(x, x < 0, "negative")
@@ -210,7 +210,7 @@ _PROCESS = textwrap.dedent(
         lambda name, d, **kw: traces.append(d) if name.endswith("jaxpr_trace_duration") else None
     )
     import jaxident as ji
-    from jaxident import _exported
+    from jaxident._runtime import _exported
     sys.path.insert(0, sys.argv[1])
     from user_model import Decay
     d = Decay()

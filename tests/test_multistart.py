@@ -15,8 +15,8 @@ from helpers import write_petab
 
 import jaxident as ji
 from jaxident import cli
-from jaxident._context import on_error_mode
-from jaxident._multistart import _fit_problem, gradient_and_fisher
+from jaxident._fit._multistart import _fit_problem, gradient_and_fisher
+from jaxident._runtime._context import on_error_mode
 
 
 class Decay(ji.ODEModel):

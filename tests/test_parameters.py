@@ -92,3 +92,46 @@ def test_builtin_models_load():
             assert np.all(np.isfinite(np.asarray(tr.ys)))
     with pytest.raises(ValueError, match="Did you mean 'svir'"):
         ji.models.load("svri")
+
+
+@pytest.mark.parametrize("scale", list(ji.Scale))
+def test_scale_against_closed_forms_and_differences(scale):
+    """`ji.Scale`: h, its inverse, h' (central differences), -ln h' and x h', on the host
+    and inside `jit` alike; a `Scale` is its name."""
+    x = np.array([0.3, 2.0, 17.0])
+    h = {"lin": x, "log": np.log(x), "log10": np.log10(x)}[scale.value]
+    np.testing.assert_allclose(scale.forward(x), h, rtol=1e-15)
+    np.testing.assert_allclose(scale.inverse(scale.forward(x)), x, rtol=1e-14)
+    step = 1e-6 * x
+    fd = (scale.forward(x + step) - scale.forward(x - step)) / (2 * step)
+    np.testing.assert_allclose(scale.derivative(x), fd, rtol=1e-8)
+    np.testing.assert_allclose(scale.log_jacobian(x), -np.log(scale.derivative(x)), rtol=1e-14)
+    per = np.array([scale.per_log_unit(v) for v in x])
+    np.testing.assert_allclose(per, x * scale.derivative(x), rtol=1e-14)
+    on_device = jax.jit(
+        lambda v: (
+            scale.forward(v, jnp),
+            scale.inverse(v, jnp),
+            scale.derivative(v, jnp),
+            scale.log_jacobian(v, jnp),
+        )
+    )(jnp.asarray(x))
+    host = (scale.forward(x), scale.inverse(x), scale.derivative(x), scale.log_jacobian(x))
+    for a, b in zip(on_device, host):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-14)
+    assert scale == scale.value and ji.Scale(scale.value) is scale and f"{scale}" == scale.value
+
+
+def test_problem_scales_are_scales_and_unknown_ones_are_named():
+    model = ji.models.load("sir")
+    times = np.asarray(model.times)
+    data = np.asarray(ji.simulate(model).ys)
+    problem = ji.Problem(model, ji.Experiment(times, data, 1.0), scales={"beta": "log10"})
+    i = problem.parameters.names.index("beta")
+    assert problem.scales[i] is ji.Scale.log10 and problem.transforms[0] is ji.Scale.lin
+    beta = float(np.asarray(model.parameters.nominal)[model.parameters.names.index("beta")])
+    assert float(problem.parameters.nominal[i]) == pytest.approx(np.log10(beta), rel=1e-15)
+    with pytest.raises(ValueError, match=r"scale of 'beta'.*'ln'.*\['lin', 'log', 'log10'\]"):
+        ji.Problem(model, ji.Experiment(times, data, 1.0), scales={"beta": "ln"})
+    with pytest.raises(ValueError, match="observable transformation 'exp'"):
+        ji.Problem(model, ji.Experiment(times, data, 1.0), transforms=["exp"] * data.shape[1])

@@ -13,8 +13,8 @@ import scipy.optimize
 from helpers import write_petab
 
 import jaxident as ji
-import jaxident._exported as exported
-from jaxident._predict import _directions
+import jaxident._runtime._exported as exported
+from jaxident._problem._predict import _directions
 
 
 roadrunner = pytest.importorskip("roadrunner")

@@ -13,7 +13,7 @@ import pytest
 from helpers import write_petab
 
 import jaxident as ji
-import jaxident._predict as predict_module
+import jaxident._problem._predict as predict_module
 
 
 class Spiral(ji.ODEModel):

@@ -276,7 +276,7 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     parameters outside that direction keep their small std."""
     import scipy.linalg as sl
 
-    from jaxident._report import _practical
+    from jaxident._report._analyze import _practical
 
     rng = np.random.default_rng(3)
     U = np.linalg.qr(rng.standard_normal((40, 5)))[0]
@@ -414,7 +414,7 @@ def test_monomials_read_as_products_where_they_can():
     """The symmetry (S, I, N, k) -> (c S, c I, c N, k / c): the identifiable monomials
     are written as products (`N*k, I*k, S*k`), not on the first parameter as base
     (`S/I, S/N, S*k`); each is orthogonal to the null direction (closed form)."""
-    from jaxident._report import _combinations
+    from jaxident._report._analyze import _combinations
 
     a = np.array([1.0, 1.0, 1.0, -1.0]) / 2.0
     texts, exps = _combinations(("S", "I", "N", "k"), a[:, None], True, True)

@@ -164,7 +164,7 @@ def _robertson_to_10(solver, k, vf=_robertson):
 def test_looped_stages_equal_unrolled(monkeypatch):
     """Large systems loop over the stages (compiled once) instead of unrolling them:
     the same method, to rounding."""
-    import jaxident._rosenbrock as rosenbrock
+    import jaxident._solve._rosenbrock as rosenbrock
 
     k = jnp.array([0.04, 3e7, 1e4])
     unrolled = _robertson_to_10(ji.Rodas4(), k)
@@ -181,7 +181,7 @@ def test_step_traced_once_same_solution_and_gradient(monkeypatch):
     import gc
     import weakref
 
-    import jaxident._rosenbrock as rosenbrock
+    import jaxident._solve._rosenbrock as rosenbrock
 
     traces = []
     step = rosenbrock.Rodas4._step

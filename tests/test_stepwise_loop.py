@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxident as ji
-from jaxident._estimate import LeastSquares
+from jaxident._fit._estimate import LeastSquares
 from jaxident._identify import _stepwise
 
 

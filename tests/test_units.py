@@ -147,7 +147,7 @@ def test_dae_index_check_is_unit_free(s):
     """An algebraic variable in units 1e17 apart is still index 1: the check of g_w is
     made on the equilibrated matrix (an absolute pivot test would call diag(1e-17, 1)
     singular)."""
-    from jaxident._dae import consistent_initial_values
+    from jaxident._model._dae import consistent_initial_values
 
     model = _ScaledDAE(s=s)
     th = model.parameters.view(model.parameters.nominal)
@@ -240,7 +240,7 @@ def test_transform_bases_forward_every_model_method():
     so no wrapper (fixed parameters, units, initial state, POD) drops one silently."""
     import inspect
 
-    from jaxident._transforms import (
+    from jaxident._model._transforms import (
         AbstractTransformedAlgebraic,
         AbstractTransformedDAE,
         AbstractTransformedModel,

@@ -1,0 +1,10 @@
+"""The identifiability methods of the seed papers: column subset selection on the
+sensitivity matrix (`_css`), estimability from delay coordinates (`_delay`,
+`_delay_jacobian`, `_estimability`), L-SERC and parameter reduction over samples
+(`_lserc`, `_lserc_method`, `_reduction`), set-by-set and one-by-one selection with
+re-estimation (`_stepwise*`), and SCE checks of reduced-order models (`_perturb`,
+`_rom`).
+
+Imports every layer below it: `_runtime`, `_linalg`, `_model`, `_solve`, `_problem`,
+`_fit`.
+"""

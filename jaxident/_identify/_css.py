@@ -6,14 +6,14 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike
 
-from .._context import clean_errors
 from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._linalg._scaling import output_row_scale
 from .._linalg._selection import Selection
 from .._linalg._subset import check_matrix, select_columns
-from .._sensitivity_result import Sensitivity
+from .._runtime._context import clean_errors
+from .._solve._sensitivity_result import Sensitivity
 
 
 @clean_errors

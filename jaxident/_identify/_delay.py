@@ -11,15 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._checks import check_model, check_theta
-from .._context import clean_errors
-from .._delay_jacobian import _check_delay
-from .._forward import accuracy
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, warn_if_near_threshold
-from .._model import Integrator, ODEModel
-from .._sensitivity import sensitivity
-from .._sweep import sweep
-from .._transforms_state import free_initial_state
+from .._model._base import Integrator, ODEModel
+from .._model._checks import check_model, check_theta
+from .._model._transforms_state import free_initial_state
+from .._problem._sensitivity import sensitivity
+from .._runtime._context import clean_errors
+from .._runtime._sweep import sweep
+from .._solve._forward import accuracy
+from ._delay_jacobian import _check_delay
 from ._delay_result import DelayEstimability
 from ._estimability import (
     _candidate_indices,

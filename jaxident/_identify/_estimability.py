@@ -15,7 +15,6 @@ import numpy as np
 import scipy.linalg as sl
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._context import clean_errors
 from .._linalg._misc import matmul
 from .._linalg._rank import (
     _decision,
@@ -25,7 +24,8 @@ from .._linalg._rank import (
     warn_if_near_threshold,
 )
 from .._linalg._scaling import equilibrate
-from .._sensitivity_result import Sensitivity
+from .._runtime._context import clean_errors
+from .._solve._sensitivity_result import Sensitivity
 
 
 # --------------------------------------------------------------------------------------

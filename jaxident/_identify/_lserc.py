@@ -12,13 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._checks import check_theta, check_times
-from .._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarning
-from .._model import AbstractModel, Integrator
-from .._nonsmooth import directions_matrix, ld_jvp
-from .._simulate import failure_message, raise_if_failed, solve, status
+from .._model._base import AbstractModel, Integrator
+from .._model._checks import check_theta, check_times
+from .._model._nonsmooth import directions_matrix, ld_jvp
+from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
+from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
 
@@ -55,7 +55,7 @@ def _probe(model, theta, times, D, integrator, method: LSERC, on_error):
     rref pivots, and per direction the step of singularity probing (stage S3) in the
     parameters' units. Jitted so that the singularity-probing levels reuse its trace (a
     DAE solve costs seconds to trace); `on_error`, equinox's error mode while tracing,
-    is part of the cache key (see `jaxident._context.run_kernel`)."""
+    is part of the cache key (see `jaxident._runtime._context.run_kernel`)."""
     del on_error
     Ms = jax.vmap(directions_matrix)(D)
 

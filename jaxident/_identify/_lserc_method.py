@@ -4,9 +4,9 @@
 import equinox as eqx
 import numpy as np
 
-from .._checks import check_model
-from .._forward import accuracy
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
+from .._model._checks import check_model
+from .._solve._forward import accuracy
 
 
 def _rows(directions) -> tuple[tuple[float, ...], ...] | None:

@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._checks import check_times
-from .._context import clean_errors
-from .._model import AbstractModel, Integrator
-from .._sampling import latin_hypercube
-from .._sweep import sweep
-from .._transforms import fix_parameters
+from .._model._base import AbstractModel, Integrator
+from .._model._checks import check_times
+from .._model._sampling import latin_hypercube
+from .._model._transforms import fix_parameters
+from .._runtime._context import clean_errors
+from .._runtime._sweep import sweep
 from ._lserc import confirmed_mask, lserc_tree
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 

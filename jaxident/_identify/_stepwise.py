@@ -13,10 +13,10 @@ import numpy as np
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
-from .._context import clean_errors
-from .._measurements import MeasurementError
-from .._model import AbstractModel, Integrator
-from .._simulate import Trajectory
+from .._model._base import AbstractModel, Integrator
+from .._problem._measurements import MeasurementError
+from .._runtime._context import clean_errors
+from .._solve._simulate import Trajectory
 from ._stepwise_method import Stepwise
 from ._stepwise_problem import StepwiseProblem
 from ._stepwise_result import (

@@ -4,9 +4,9 @@
 import equinox as eqx
 import optimistix as optx
 
+from .._fit._solvers import LevenbergMarquardt
 from .._linalg._rank import AbstractRankRule, RelativeTolerance
 from .._linalg._ranking import AbstractRankingCriterion, Orthogonalization
-from .._solvers import LevenbergMarquardt
 
 
 class Stepwise(eqx.Module):

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._estimate import LeastSquares
-from .._measurements import MeasurementError
-from .._sensitivity import sensitivity
-from .._solvers import LevenbergMarquardt
+from .._fit._estimate import LeastSquares
+from .._fit._solvers import LevenbergMarquardt
+from .._problem._measurements import MeasurementError
+from .._problem._sensitivity import sensitivity
 from ._stepwise_method import Stepwise
 from ._stepwise_result import fisher_test, rank_and_scale, scaled_columns
 

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._linalg._misc import svdvals
-from .._measurements import near_bound
+from .._problem._measurements import near_bound
 
 
 def worst_case_evaluations(n: int) -> dict[str, int]:

@@ -1,7 +1,6 @@
 """The jitted, vmappable linear-algebra core: column subset selection, numerical rank,
 selection metrics. Pure `jax.numpy`/`lax`; no ODE solver."""
 
-from .. import _config as _config
 from .._linalg._css._base import (
     AbstractColumnSelectionMethod as AbstractColumnSelectionMethod,
     ColumnSelection as ColumnSelection,
@@ -50,4 +49,5 @@ from .._linalg._sce import (
 )
 from .._linalg._selection import Selection as Selection
 from .._linalg._subset import column_subset as column_subset, srrqr as srrqr
+from .._runtime import _config as _config
 from . import testmatrices as testmatrices

@@ -15,8 +15,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import Integrator, ODEModel
-from .._parameters import Parameters
+from .._model._base import Integrator, ODEModel
+from .._model._parameters import Parameters
 
 
 def _params(names, values):

@@ -40,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._model import Integrator, ODEModel
-from .._parameters import Parameters
-from .._rosenbrock import Rodas4
-from .._sensitivity import sensitivity
-from .._simulate import simulate
-from .._transforms import fix_parameters
+from .._model._base import Integrator, ODEModel
+from .._model._parameters import Parameters
+from .._model._transforms import fix_parameters
+from .._problem._sensitivity import sensitivity
+from .._solve._rosenbrock import Rodas4
+from .._solve._simulate import simulate
 from ._ecoli_data import (
     _MEASURED_IDX,
     _NAMES,

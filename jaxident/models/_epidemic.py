@@ -23,8 +23,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import ODEModel
-from .._parameters import Parameters
+from .._model._base import ODEModel
+from .._model._parameters import Parameters
 
 
 N_POP = 332.6

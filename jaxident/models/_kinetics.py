@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._model import ODEModel
-from .._parameters import Parameters
+from .._model._base import ODEModel
+from .._model._parameters import Parameters
 
 
 # Fuguitt & Hawkins (1947), as tabulated by Box, Hunter, MacGregor & Erjavec (1973):

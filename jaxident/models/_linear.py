@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._model import AlgebraicModel
-from .._parameters import Parameters
-from .._simulate import simulate
+from .._model._base import AlgebraicModel
+from .._model._parameters import Parameters
+from .._solve._simulate import simulate
 
 
 def orthogonal_design(log2_runs: int = 5, taguchi: bool = False) -> np.ndarray:

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._model import DAEModel, ODEModel
-from .._nonsmooth import nabs, nmax, nmid
-from .._parameters import Parameters
+from .._model._base import DAEModel, ODEModel
+from .._model._nonsmooth import nabs, nmax, nmid
+from .._model._parameters import Parameters
 
 
 class NonsmoothDAEExample(DAEModel):

@@ -1,6 +1,6 @@
 import difflib
 
-from .._model import AbstractModel
+from .._model._base import AbstractModel
 from ._brusselator import Brusselator2D
 from ._chaotic import Colpitts, HindmarshRose, Rossler
 from ._ecoli import EcoliChassagnole

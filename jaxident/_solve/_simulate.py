@@ -13,12 +13,12 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
-from ._checks import check_model, check_theta, check_times
-from ._context import clean_errors, resolve_throw, run_kernel
-from ._dae import consistent_initial_values, dae_outputs, dae_vector_field
-from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
+from .._model._base import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
+from .._model._checks import check_model, check_theta, check_times
+from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
+from .._model._transforms import time_warped
+from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from ._rosenbrock import traced_once
-from ._transforms import time_warped
 
 
 class Trajectory(eqx.Module):

@@ -9,15 +9,15 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from ._checks import check_model, check_theta, check_times, n_outputs
-from ._context import call_kept, callback_free, clean_errors, is_traced
-from ._fit import fit_kernel, lm_advance, lm_begin, lm_finish
-from ._linalg._rank import RelativeTolerance
-from ._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
-from ._model import AbstractModel, Integrator
+from .._linalg._rank import RelativeTolerance
+from .._model._base import AbstractModel, Integrator
+from .._model._checks import check_model, check_theta, check_times, n_outputs
+from .._problem._base import Problem
+from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
+from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
+from .._solve._simulate import Trajectory
+from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._multistart import estimate_problem, MultiStart
-from ._problem import Problem
-from ._simulate import Trajectory
 from ._solvers import LevenbergMarquardt, OptaxLD
 
 

@@ -13,13 +13,13 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from tqdm.auto import tqdm
 
-from . import plot
-from ._checks import check_theta
-from ._context import call_kept, callback_free, on_error_mode
-from ._model import Integrator
-from ._predict import _PLAIN, _predict, Prediction
-from ._problem import Problem
-from ._sampling import check_key, latin_hypercube
+from .. import plot
+from .._model._base import Integrator
+from .._model._checks import check_theta
+from .._model._sampling import check_key, latin_hypercube
+from .._problem._base import Problem
+from .._problem._predict import _PLAIN, _predict, Prediction
+from .._runtime._context import call_kept, callback_free, on_error_mode
 from ._solvers import more_damping, nielsen
 
 

@@ -10,15 +10,15 @@ import optimistix as optx
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
-from . import plot
-from ._checks import check_model, check_theta
-from ._context import clean_errors
+from .. import plot
+from .._model._base import AbstractModel, Integrator
+from .._model._checks import check_model, check_theta
+from .._model._transforms import fix_parameters
+from .._problem._base import Problem
+from .._runtime._context import clean_errors
+from .._solve._simulate import Trajectory
 from ._estimate import estimate
-from ._model import AbstractModel, Integrator
 from ._multistart import fit_once
-from ._problem import Problem
-from ._simulate import Trajectory
-from ._transforms import fix_parameters
 
 
 class Profile(eqx.Module):

@@ -9,14 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ._checks import check_model
-from ._context import clean_errors
-from ._linalg._misc import matmul
-from ._linalg._sce import sce_estimate, similarity_index, wallis
-from ._model import Integrator, ODEModel
+from .._linalg._misc import matmul
+from .._linalg._sce import sce_estimate, similarity_index, wallis
+from .._model._base import Integrator, ODEModel
+from .._model._checks import check_model
+from .._model._transforms_state import PODModel
+from .._runtime._context import clean_errors
+from .._solve._simulate import simulate
 from ._perturb import PerturbationAnalysis
-from ._simulate import simulate
-from ._transforms_state import PODModel
 
 
 class POD(eqx.Module):

@@ -13,6 +13,9 @@ import re
 import equinox as eqx
 import jax
 
+from . import _exported
+from ._equinox import checks_as_nan, on_error_mode as on_error_mode
+
 
 _THROW = contextvars.ContextVar("jaxident_throw", default=True)
 
@@ -24,45 +27,6 @@ def resolve_throw(throw: bool | None) -> bool:
 def is_traced(*trees) -> bool:
     """Whether any leaf of `trees` is a tracer (we are inside a caller's jit or vmap)."""
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees))
-
-
-def on_error_mode() -> str | None:
-    """Equinox's current error mode (`EQX_ON_ERROR`): how its checks are traced now. An
-    inner jitted function that is traced inside kernels should take it as a static
-    argument, so that its cached trace matches the mode."""
-    import equinox._errors as eqx_errors
-
-    return getattr(eqx_errors, "EQX_ON_ERROR", None)
-
-
-@contextlib.contextmanager
-def _equinox_checks_as_nan():
-    """Trace equinox's run-time checks (`error_if`) as NaN instead of host callbacks
-    (equinox's `EQX_ON_ERROR=nan`); a user's `EQX_ON_ERROR=breakpoint` is kept.
-
-    Equinox reads `EQX_ON_ERROR` while tracing a check, inside a jitted function of its
-    own whose traces JAX keeps by its arguments: a check traced once as a host callback
-    (the order of a diffrax solve's save times, say) would be reused as one here. So
-    here the mode is passed to that function as its argument, which gives it traces of
-    its own."""
-    import equinox._errors as eqx_errors
-
-    mode = on_error_mode()
-    if mode != "raise":
-        yield
-        return
-    impl = eqx_errors.branched_error_if_impl_jit
-
-    def as_nan(x, pred, index, msgs, *, on_error):
-        return impl(x, pred, index, msgs, on_error="nan" if on_error == "default" else on_error)
-
-    eqx_errors.EQX_ON_ERROR = "nan"
-    eqx_errors.branched_error_if_impl_jit = as_nan
-    try:
-        yield
-    finally:
-        eqx_errors.EQX_ON_ERROR = mode
-        eqx_errors.branched_error_if_impl_jit = impl
 
 
 # The `throw` of a kernel whose checks the host makes (see `run_kernel`): the kernel
@@ -86,7 +50,7 @@ def run_kernel(kernel, *args, throw: bool, message):
     """
     if not throw or is_traced(args):
         return kernel(*args, throw)
-    with _equinox_checks_as_nan():
+    with checks_as_nan():
         out = call_kept(kernel, *args, DEFERRED)
     text = message(out)
     if text:
@@ -99,7 +63,7 @@ def callback_free(*args):
     library checks inside it as NaN (see `run_kernel`), or a no-op under a trace."""
     if is_traced(args):
         return contextlib.nullcontext()
-    return _equinox_checks_as_nan()
+    return checks_as_nan()
 
 
 def call_kept(kernel, *args):
@@ -109,8 +73,6 @@ def call_kept(kernel, *args):
     under a caller's trace as it is."""
     if is_traced(args):
         return kernel(*args)
-    from . import _exported  # (not at the top: it imports this module)
-
     return _exported.call(kernel, *args)
 
 
@@ -123,7 +85,7 @@ def no_throw():
     user's `EQX_ON_ERROR=breakpoint` is kept."""
     token = _THROW.set(False)
     try:
-        with _equinox_checks_as_nan():
+        with checks_as_nan():
             yield
     finally:
         _THROW.reset(token)

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._config import compiler_options
-from ._context import on_error_mode
+from ._equinox import on_error_mode
 
 
 _LIBRARIES = frozenset(

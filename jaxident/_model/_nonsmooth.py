@@ -34,7 +34,7 @@ _SWITCHES = contextvars.ContextVar("jaxident_switches", default=None)
 def record_switches():
     """Collect the switching functions (the argument of `nabs`, `x - y` of `nmax` and
     `nmin`) evaluated while tracing the body: the step-size controller uses them to step
-    onto kinks (`jaxident._forward`)."""
+    onto kinks (`jaxident._solve._forward`)."""
     found = []
     token = _SWITCHES.set(found)
     try:

@@ -13,165 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from ._checks import check_theta
-from ._context import call_kept, callback_free, is_traced, on_error_mode
-from ._forward import accuracy, forward_sensitivities
-from ._model import AbstractModel, Integrator, ODEModel
-from ._parameters import Parameters, ParameterValues
-from ._problem import Problem, unscale
-from ._rosenbrock import traced_once
-from ._sensitivity_result import Sensitivity
-from ._simulate import simulate, solve
-
-
-class _Preequilibrated(ODEModel):
-    """A model started from the steady state of a pre-equilibration: the parameter
-    vector is the experiment's followed by the pre-equilibration's, and the initial
-    state is the steady state reached under the latter (the tangents of the initial
-    state are the derivatives of that solve)."""
-
-    inner: AbstractModel
-    parameters: Parameters
-    integrator_: Integrator = eqx.field(static=True)
-
-    @property
-    def times(self):
-        return self.inner.times
-
-    @property
-    def t0(self):
-        return self.inner.t0
-
-    @property
-    def output_names(self):
-        return self.inner.output_names
-
-    def _split(self, theta: ParameterValues):
-        p = self.inner.parameters.p
-        view = self.inner.parameters.view
-        return view(theta.values[:p]), view(theta.values[p:])
-
-    def initial_state(self, theta):
-        own, pre = self._split(theta)
-        x = steady_state(self.inner, pre, self.inner.initial_state(pre), self.integrator_)
-        # the states this experiment's condition sets start from its values instead
-        return self.inner.reinitialize(x, own)
-
-    def vector_field(self, t, x, theta):
-        return self.inner.vector_field(t, x, self._split(theta)[0])
-
-    def switching_times(self, theta):
-        return self.inner.switching_times(self._split(theta)[0])
-
-    def event_times(self, theta):
-        return self.inner.event_times(self._split(theta)[0])
-
-    def event_triggers(self, t, x, theta):
-        return self.inner.event_triggers(t, x, self._split(theta)[0])
-
-    def apply_event(self, i, t, x, theta):
-        return self.inner.apply_event(i, t, x, self._split(theta)[0])
-
-    @property
-    def fires_at_t0(self):
-        return self.inner.fires_at_t0
-
-    def output(self, t, x, theta):
-        return self.inner.output(t, x, self._split(theta)[0])
-
-
-def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: Integrator):
-    """The steady state the model reaches from `x0` (NaN where the solve fails): the
-    solve runs until `f(x)` is small against the integrator's tolerances (diffrax's
-    `steady_state_event`), and where `f_x` there is regular (`sigma_min > 1e-10
-    sigma_max`) one Newton step polishes it. Where it is singular, its left null vectors
-    must be conservation laws (below), else the solve has stopped on a drift that no
-    steady state ends (`x' = k`, once `k` is small against `rtol |x|`): NaN.
-
-    Its derivatives are the implicit function theorem's, never those of the solve:
-    `f_x dx = -f_theta dtheta`, and where `f_x` is singular because the model conserves
-    quantities (moieties: `c^T f = 0` for the left null vectors `c` of `f_x`, so `c^T x`
-    keeps its initial value), `c^T dx = c^T dx0` as well (the steady state then depends
-    on `x0`). A singular `f_x` that is not explained so (a parameter moving a conserved
-    quantity, or a null space the conservation does not fix) gives NaN tangents."""
-    return _steady_state(model, integrator, theta, x0)
-
-
-def _solve_to_steady_state(model, integrator, theta, x0):
-    """`(x, t, f_x)`: the end of the solve, polished by a Newton step where `f_x` is
-    regular (NaN where it is singular without conservation laws to explain it), the
-    time it ended, and `f_x` there."""
-    with traced_once(integrator.solver) as solver:
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
-            solver,
-            t0=model.t0,
-            t1=jnp.inf,
-            dt0=1e-3,
-            y0=x0,
-            args=theta,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=integrator.rtol, atol=integrator.atol),
-            event=diffrax.Event(
-                diffrax.steady_state_event(rtol=integrator.rtol, atol=integrator.atol)
-            ),
-            max_steps=integrator.max_steps,
-            throw=False,
-        )
-    x = jnp.where(diffrax.is_okay(sol.result), sol.ys[-1], jnp.nan)
-    t = sol.ts[-1]
-    J = jax.jacfwd(lambda xx: jnp.ravel(model.vector_field(t, xx, theta)))(x)
-    J = J.reshape(x.size, x.size)
-    finite = jnp.all(jnp.isfinite(J))
-    U, sv, _ = jnp.linalg.svd(jnp.where(finite, J, 0.0))
-    regular = finite & (sv[-1] > 1e-10 * sv[0])
-    f = jnp.ravel(model.vector_field(t, x, theta))
-    step = jnp.linalg.solve(jnp.where(regular, J, jnp.eye(x.size, dtype=J.dtype)), f)
-    # Where f_x is singular, each left null vector c must be a conservation law (c^T f = 0
-    # from the start), else the solve stopped on a slow drift (x' = k: f is small only
-    # relative to a huge x), not at a steady state.
-    conserved = jnp.where((sv <= 1e-10 * sv[0])[:, None], U.T, 0.0)
-    f0 = jnp.ravel(model.vector_field(jnp.asarray(model.t0, x.dtype), x0, theta))
-    drift = jnp.linalg.norm(conserved @ f0) > 1e-8 * jnp.linalg.norm(f0)
-    x = jnp.where(regular, x - step.reshape(x.shape), jnp.where(drift, jnp.nan, x))
-    return x, t, J
-
-
-@eqx.filter_custom_jvp
-def _steady_state(model, integrator, theta, x0):
-    return _solve_to_steady_state(model, integrator, theta, x0)[0]
-
-
-@_steady_state.def_jvp
-def _steady_state_jvp(primals, tangents):
-    model, integrator, theta, x0 = primals
-    _, _, d_theta, dx0 = tangents
-    x, t, J = _solve_to_steady_state(model, integrator, theta, x0)
-    n = x.size
-    dx0 = jnp.zeros(n, x.dtype) if dx0 is None else jnp.ravel(dx0)
-    dv = None if d_theta is None else d_theta.values
-    if dv is None:
-        f_theta = jnp.zeros(n, x.dtype)
-    else:
-        with_values = lambda v: eqx.tree_at(lambda th: th.values, theta, v)
-        f_theta = jax.jvp(
-            lambda v: jnp.ravel(model.vector_field(t, x, with_values(v))), (theta.values,), (dv,)
-        )[1]
-    finite = jnp.all(jnp.isfinite(J))
-    J = jnp.where(finite, J, 0.0)
-    U, sv, _ = jnp.linalg.svd(J)
-    conserved = jnp.where((sv <= 1e-10 * sv[0])[:, None], U.T, 0.0)  # rows c^T, else 0
-    A = jnp.concatenate([J, conserved])
-    dx = jnp.linalg.pinv(A) @ jnp.concatenate([-f_theta, conserved @ dx0])
-    # the singular directions are conserved quantities: c^T f = 0 from the start (not
-    # only at the steady state), and with them f_x fixes the tangents (full column rank)
-    f0 = jnp.ravel(model.vector_field(jnp.asarray(model.t0, x.dtype), jnp.ravel(x0), theta))
-    sa = jnp.linalg.svd(A, compute_uv=False)
-    explained = (sa[-1] > 1e-10 * sa[0]) & (
-        jnp.linalg.norm(conserved @ f0) <= 1e-8 * jnp.linalg.norm(f0)
-    )
-    dx = jnp.where(explained & finite, dx, jnp.nan)
-    return x, dx.reshape(x.shape).astype(x.dtype)
+from .._model._base import Integrator
+from .._model._checks import check_theta
+from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
+from .._solve._forward import accuracy, forward_sensitivities
+from .._solve._sensitivity_result import Sensitivity
+from .._solve._simulate import simulate, solve
+from .._solve._steady_state import preequilibrated, steady_state
+from ._base import Problem, unscale
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
@@ -206,19 +55,6 @@ def _model_theta(problem: Problem, theta: Array, source, constant):
     onehot = jax.nn.one_hot(idx, q, dtype=theta.dtype) * mapped[..., None].astype(theta.dtype)
     M = onehot * dlin
     return th, M
-
-
-def _preequilibrated_model(problem: Problem, integrator: Integrator):
-    """The model of the pre-equilibrated experiments: parameters `(own, pre)`."""
-    inner = problem.model
-    names = inner.parameters.names
-    both = Parameters(
-        [*names, *(f"preequilibration:{n}" for n in names)],
-        jnp.concatenate([inner.parameters.nominal] * 2),
-        jnp.concatenate([inner.parameters.lower] * 2),
-        jnp.concatenate([inner.parameters.upper] * 2),
-    )
-    return _Preequilibrated(inner, both, integrator)
 
 
 def _directions(problem: Problem, theta: Array):
@@ -268,12 +104,6 @@ def _in_turn(kinds: tuple[int, ...], fns, xs):
     return jax.tree.map(lambda *a: jnp.concatenate(a)[order], *(out for _, out in parts))
 
 
-def _transform(x, kind: str):
-    if kind == "lin":
-        return x
-    return jnp.log(x) if kind == "log" else jnp.log10(x)
-
-
 class Prediction(eqx.Module):
     """What a problem predicts at one parameter vector, per experiment, on the padded
     time grid: `outputs` `(e, n, m)`, `sigma` `(e, n, m)`, `residuals` (weighted, on
@@ -311,7 +141,7 @@ def _predict(
     keys the compilation cache: called from the host the kernel is compiled with the
     libraries' checks as NaN (no host callbacks; its `ok` flags report failures)."""
     plain = problem.model
-    pre = None if problem.pre_source is None else _preequilibrated_model(problem, integrator)
+    pre = None if problem.pre_source is None else preequilibrated(problem.model, integrator)
     th, M = _directions(problem, theta)
     m = problem.n_observables
     cols = _padded_columns(problem)
@@ -369,20 +199,12 @@ def _predict(
         sigma = problem.sigma
     observed = ~jnp.isnan(problem.data)
     data = jnp.where(observed, problem.data, 1.0)
-    tr = jnp.stack([_transform(pred[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
-    trd = jnp.stack([_transform(data[..., o], problem.transforms[o]) for o in range(m)], axis=-1)
+    h = problem.transforms
+    tr = jnp.stack([h[o].forward(pred[..., o], jnp) for o in range(m)], axis=-1)
+    trd = jnp.stack([h[o].forward(data[..., o], jnp) for o in range(m)], axis=-1)
     r = jnp.where(observed, (tr - trd) / sigma, 0.0)
     laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
-    log_jac = jnp.stack(
-        [
-            jnp.zeros_like(data[..., o])
-            if problem.transforms[o] == "lin"
-            else jnp.log(data[..., o])
-            + (jnp.log(jnp.log(10.0)) if problem.transforms[o] == "log10" else 0.0)
-            for o in range(m)
-        ],
-        axis=-1,
-    )
+    log_jac = jnp.stack([h[o].log_jacobian(data[..., o], jnp) for o in range(m)], axis=-1)
     ll_normal = -0.5 * jnp.log(2 * jnp.pi * sigma**2) - 0.5 * r**2
     ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
     ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
@@ -390,16 +212,7 @@ def _predict(
     J = noise_J = None
     if jacobian:
         dY = Y[..., :m, :]
-        scale = jnp.stack(
-            [
-                jnp.ones_like(pred[..., o])
-                if problem.transforms[o] == "lin"
-                else 1.0
-                / (pred[..., o] * (jnp.log(10.0) if problem.transforms[o] == "log10" else 1.0))
-                for o in range(m)
-            ],
-            axis=-1,
-        )
+        scale = jnp.stack([h[o].derivative(pred[..., o], jnp) for o in range(m)], axis=-1)
         J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
         if any(problem.noise_outputs):
             # a noise model with parameters: the Fisher information of a datum has
@@ -486,7 +299,7 @@ def _why_failed(problem: Problem, theta: Array, integrator: Integrator, e: int) 
                 f"did not settle within max_steps = {integrator.max_steps}). Check the "
                 "pre-equilibration condition's parameters, or raise max_steps."
             )
-        model = _preequilibrated_model(problem, integrator)
+        model = preequilibrated(problem.model, integrator)
     else:
         model, th_e = inner, th_e[:p]
     if problem.steady[e]:

@@ -7,8 +7,9 @@ import math
 import equinox as eqx
 import numpy as np
 
-from . import plot
-from ._linalg._selection import Selection
+from .. import plot
+from .._linalg._selection import Selection
+from .._problem._scale import Scale
 
 
 class Group(eqx.Module):
@@ -273,9 +274,9 @@ def _direction_text(names, v) -> str:
 def decades(std, theta, scales) -> np.ndarray:
     out = []
     for s, t, sc in zip(np.asarray(std), np.asarray(theta), scales):
-        if sc == "log10":
+        if sc == Scale.log10:
             out.append(s)
-        elif sc == "log":
+        elif sc == Scale.log:
             out.append(s / math.log(10))
         else:
             # a parameter at 0 has no size to measure decades by

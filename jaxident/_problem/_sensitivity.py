@@ -8,16 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._checks import check_model, check_theta, check_times
-from ._context import clean_errors, resolve_throw, run_kernel
-from ._forward import accuracy, forward_sensitivities
-from ._linalg._misc import after, matmul
-from ._model import AbstractModel, Integrator
-from ._nonsmooth import directions_matrix as directions_matrix
+from .._linalg._misc import after, matmul
+from .._model._base import AbstractModel, Integrator
+from .._model._checks import check_model, check_theta, check_times
+from .._model._nonsmooth import directions_matrix as directions_matrix
+from .._runtime._context import clean_errors, resolve_throw, run_kernel
+from .._solve._forward import accuracy, forward_sensitivities
+from .._solve._sensitivity_result import Sensitivity as Sensitivity
+from .._solve._simulate import failure_message, raise_if_failed, solve_failure_point, status
+from ._base import Problem
 from ._predict import problem_sensitivity
-from ._problem import Problem
-from ._sensitivity_result import Sensitivity as Sensitivity
-from ._simulate import failure_message, raise_if_failed, solve_failure_point, status
 
 
 _ZERO_OUTPUT = (

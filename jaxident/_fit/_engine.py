@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array
 
-from ._forward import forward_sensitivities
-from ._measurements import box_transform, near_bound
-from ._model import Integrator, SensitivityEquations
-from ._simulate import solve
+from .._model._base import Integrator, SensitivityEquations
+from .._problem._measurements import box_transform, near_bound
+from .._solve._forward import forward_sensitivities
+from .._solve._simulate import solve
 from ._solvers import LevenbergMarquardt, OptaxLD
 
 

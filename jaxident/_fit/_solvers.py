@@ -12,7 +12,7 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
-from ._nonsmooth import directions_matrix, ld_jvp
+from .._model._nonsmooth import directions_matrix, ld_jvp
 
 
 class _LMState(eqx.Module):

@@ -12,12 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from ._checks import check_model, check_theta
-from ._context import clean_errors
-from ._model import Integrator, ODEModel
-from ._sensitivity import sensitivity
-from ._simulate import simulate
-from ._transforms_state import free_initial_state
+from .._model._base import Integrator, ODEModel
+from .._model._checks import check_model, check_theta
+from .._model._transforms_state import free_initial_state
+from .._problem._sensitivity import sensitivity
+from .._runtime._context import clean_errors
+from .._solve._simulate import simulate
 
 
 # --------------------------------------------------------------------------------------

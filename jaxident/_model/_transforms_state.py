@@ -8,9 +8,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._linalg._misc import matmul
+from ._base import ODEModel
 from ._checks import check_model
-from ._linalg._misc import matmul
-from ._model import ODEModel
 from ._parameters import Parameters
 from ._transforms import AbstractSameParameters, AbstractTransformedODE
 

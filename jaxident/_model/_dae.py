@@ -7,11 +7,11 @@ import lineax as lx
 import optimistix as optx
 from jaxtyping import Array, Bool
 
-from ._linalg._misc import after
-from ._linalg._nullspace import rref
-from ._linalg._rank import RelativeTolerance
-from ._linalg._scaling import equilibrate
-from ._model import DAEModel, Integrator
+from .._linalg._misc import after
+from .._linalg._nullspace import rref
+from .._linalg._rank import RelativeTolerance
+from .._linalg._scaling import equilibrate
+from ._base import DAEModel, Integrator
 from ._parameters import ParameterValues
 
 

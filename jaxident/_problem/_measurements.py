@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._simulate import Trajectory
+from .._solve._simulate import Trajectory
 
 
 def _as_float(x) -> np.ndarray:

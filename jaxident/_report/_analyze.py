@@ -11,11 +11,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._checks import check_theta
-from ._identify._css import select_parameters
-from ._identify._estimability import estimability
-from ._linalg._css._srrqr import StrongRRQR
-from ._linalg._rank import (
+from .._fit._profile import profile_problem
+from .._identify._css import select_parameters
+from .._identify._estimability import estimability
+from .._linalg._css._srrqr import StrongRRQR
+from .._linalg._rank import (
     _decision,
     AbstractRankRule,
     near_threshold,
@@ -24,11 +24,12 @@ from ._linalg._rank import (
     support_threshold,
     with_accuracy,
 )
-from ._model import AbstractModel
-from ._predict import problem_sensitivity
-from ._problem import Experiment, from_scale, Problem
-from ._profile import profile_problem
-from ._report_result import decades, Group, Report
+from .._model._base import AbstractModel
+from .._model._checks import check_theta
+from .._problem._base import Experiment, from_scale, Problem
+from .._problem._predict import problem_sensitivity
+from .._problem._scale import Scale
+from ._result import decades, Group, Report
 
 
 def _components(sets: Sequence[Sequence[str]], names: Sequence[str]) -> list[tuple[str, ...]]:
@@ -158,11 +159,8 @@ def _log_columns(S, th, scales):
     null-space support and selection do not change; null vectors become exponents),
     and which columns could be (a parameter at 0 on a linear scale stays linear)."""
     lin = from_scale(th, scales)
-    log_ok = np.array([sc != "lin" or v != 0 for sc, v in zip(scales, lin)])
-    col = [
-        1.0 if sc == "log" else (1 / math.log(10) if sc == "log10" else (v if v != 0 else 1.0))
-        for sc, v in zip(scales, lin)
-    ]
+    log_ok = np.array([sc != Scale.lin or v != 0 for sc, v in zip(scales, lin)])
+    col = [Scale(sc).per_log_unit(v) if ok else 1.0 for sc, v, ok in zip(scales, lin, log_ok)]
     return S * np.asarray(col)[None, :], log_ok
 
 
@@ -179,8 +177,11 @@ def _moved(problem, th, size: float = 1.0):
     out = []
     for t, sc, a, b in zip(th, problem.scales, lo, up):
         f = size * rng.uniform(0.1, 0.25) * rng.choice([-1, 1])
-        v = t + f * math.log10(math.e) if sc == "log10" else (t + f if sc == "log" else t * (1 + f))
-        if t == 0 and sc == "lin":
+        if sc == Scale.log10:
+            v = t + f * math.log10(math.e)
+        else:
+            v = t + f if sc == Scale.log else t * (1 + f)
+        if t == 0 and sc == Scale.lin:
             v = f
         if not a <= v <= b:
             v = t - (v - t)

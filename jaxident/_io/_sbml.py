@@ -25,9 +25,9 @@ import numpy as np
 import sympy as sp
 from jaxtyping import Array, Float
 
-from ._model import Dependence, Integrator, ODEModel
-from ._parameters import Parameters, ParameterValues
-from ._rosenbrock import Rodas4
+from .._model._base import Dependence, Integrator, ODEModel
+from .._model._parameters import Parameters, ParameterValues
+from .._solve._rosenbrock import Rodas4
 from ._symbolic import dependency_order, evaluate, from_mathml, symbols_of, TIME
 
 

@@ -20,37 +20,30 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._checks import check_model, n_outputs
+from .._model._base import AbstractModel, AlgebraicModel
+from .._model._checks import check_model, n_outputs
+from .._model._parameters import Parameters
 from ._measurements import MeasurementError
-from ._model import AbstractModel, AlgebraicModel
-from ._parameters import Parameters
-
-
-SCALES = ("lin", "log", "log10")
+from ._scale import as_scales, Scale
 
 
 def unscale(values: ArrayLike, scales: Sequence[str]) -> Array:
     """Values on their estimation scales back on the linear scale."""
     values = jnp.asarray(values)
-    out = [
-        v if s == "lin" else (jnp.exp(v) if s == "log" else 10.0**v)
-        for v, s in zip(jnp.unstack(values), scales)
-    ]
+    out = [Scale(s).inverse(v, jnp) for v, s in zip(jnp.unstack(values), scales)]
     return jnp.stack(out) if out else values
 
 
 def to_scale(values, scales: Sequence[str]) -> np.ndarray:
     values = np.asarray(values, dtype=float)
-    fns = {"lin": lambda v: v, "log": np.log, "log10": np.log10}
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.array([fns[s](v) for v, s in zip(values, scales)], dtype=float)
+        return np.array([Scale(s).forward(v) for v, s in zip(values, scales)], dtype=float)
 
 
 def from_scale(values, scales: Sequence[str]) -> np.ndarray:
     """`unscale` on the host, in NumPy (no small programs to compile)."""
     values = np.asarray(values, dtype=float)
-    fns = {"lin": lambda v: v, "log": np.exp, "log10": lambda v: 10.0**v}
-    return np.array([fns[s](v) for v, s in zip(values, scales)], dtype=float)
+    return np.array([Scale(s).inverse(v) for v, s in zip(values, scales)], dtype=float)
 
 
 class Experiment(eqx.Module):
@@ -216,16 +209,15 @@ class Problem(eqx.Module):
         scales = dict(scales or {})
         for k, s in scales.items():
             params.index(k)
-            if s not in SCALES:
-                raise ValueError(f"scale of {k!r} must be one of {SCALES}, got {s!r}.")
-        scale = tuple(scales.get(n, "lin") for n in params.names)
+            (scales[k],) = as_scales([s], f"scale of {k!r}")
+        scale = tuple(scales.get(n, Scale.lin) for n in params.names)
         nom, lo, up = (
             np.asarray(a, dtype=float) for a in (params.nominal, params.lower, params.upper)
         )
         for i, (n, s) in enumerate(zip(params.names, scale)):
-            if s != "lin" and not (nom[i] > 0 and lo[i] >= 0):
+            if s != Scale.lin and not (nom[i] > 0 and lo[i] >= 0):
                 raise ValueError(
-                    f"{n!r} is estimated on a {s} scale, so its nominal value must be "
+                    f"{n!r} is estimated on a {s.value} scale, so its nominal value must be "
                     f"positive and its lower bound >= 0; got {nom[i]:g} in [{lo[i]:g}, {up[i]:g}]."
                 )
         self.linear = params
@@ -241,14 +233,13 @@ class Problem(eqx.Module):
         self.override_text = (
             None if override_text is None else tuple(tuple(e) for e in override_text)
         )
-        self.transforms = tuple(transforms or ("lin",) * m)
+        self.transforms = as_scales(transforms or (Scale.lin,) * m, "observable transformation")
         self.distributions = tuple(distributions or ("normal",) * m)
         if len(self.transforms) != m or len(self.distributions) != m:
             raise ValueError(f"Give one transform and one distribution per output ({m}).")
-        bad = [t for t in self.transforms if t not in SCALES]
-        bad += [d for d in self.distributions if d not in ("normal", "laplace")]
+        bad = [d for d in self.distributions if d not in ("normal", "laplace")]
         if bad:
-            raise ValueError(f"Unknown observable transformations or distributions: {bad}.")
+            raise ValueError(f"Unknown noise distributions: {bad}.")
         T = max(e.times.size for e in experiments)
         times, data, sigma, observed = [], [], [], []
         t0 = -np.inf if isinstance(model, AlgebraicModel) else float(model.t0)

@@ -32,8 +32,7 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array
 
-from ._dae import algebraic_solve, consistent_initial_values, dae_vector_field
-from ._model import (
+from .._model._base import (
     AbstractControllerWrapper,
     AbstractModel,
     AlgebraicModel,
@@ -42,10 +41,11 @@ from ._model import (
     Integrator,
     SensitivityEquations,
 )
-from ._nonsmooth import ld_jvp, record_switches
+from .._model._dae import algebraic_solve, consistent_initial_values, dae_vector_field
+from .._model._nonsmooth import ld_jvp, record_switches
+from .._model._transforms import time_warped
 from ._rosenbrock import Rodas4, traced_once
 from ._simulate import _switching_times as switching_times, in_segments, solve, Solved, unobserved
-from ._transforms import time_warped
 
 
 class _ChordState(eqx.Module):

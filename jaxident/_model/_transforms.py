@@ -14,8 +14,8 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
+from ._base import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
 from ._checks import check_model
-from ._model import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
 from ._parameters import Parameters, ParameterValues
 
 

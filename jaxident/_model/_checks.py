@@ -15,8 +15,8 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array
 
-from ._context import is_traced
-from ._model import AbstractModel, AlgebraicModel, DAEModel
+from .._runtime._context import is_traced
+from ._base import AbstractModel, AlgebraicModel, DAEModel
 
 
 _CONTROL_FLOW_HINT = (

@@ -1,0 +1,75 @@
+"""PEtab's scales, one small type for both of their uses: the scale a parameter is
+estimated on (`parameterScale`) and the one an observable's data are compared on
+(`observableTransformation`)."""
+
+import enum
+import math
+
+import numpy as np
+
+
+_LN10 = math.log(10.0)
+
+
+class Scale(str, enum.Enum):
+    """`lin`, `log` or `log10`: the map `h` from a positive quantity `x` to the value on
+    this scale (`h(x) = x`, `ln x`, `log10 x`). A `Scale` is the string it is named by
+    (`Scale.log10 == "log10"`), so tables and user code may give either.
+
+    Each method takes the array module (`np`, the default, or `jax.numpy`) of its
+    argument, so the host and the compiled kernels compute it the same way.
+    """
+
+    lin = "lin"
+    log = "log"
+    log10 = "log10"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def forward(self, x, xp=np):
+        """`h(x)`: a quantity on this scale."""
+        if self is Scale.lin:
+            return x
+        return xp.log(x) if self is Scale.log else xp.log10(x)
+
+    def inverse(self, v, xp=np):
+        """`h^-1(v)`: a value on this scale as the quantity."""
+        if self is Scale.lin:
+            return v
+        return xp.exp(v) if self is Scale.log else 10.0**v
+
+    def derivative(self, x, xp=np):
+        """`h'(x)`: `1`, `1/x` or `1/(x ln 10)`."""
+        if self is Scale.lin:
+            return xp.ones_like(x)
+        return 1.0 / x if self is Scale.log else 1.0 / (x * _LN10)
+
+    def log_jacobian(self, x, xp=np):
+        """`-ln h'(x)`, the term a datum's log-density on this scale loses when it is
+        written as a density of `x` (PEtab's likelihood of a log-normal datum):
+        `0`, `ln x` or `ln(x ln 10)`."""
+        if self is Scale.lin:
+            return xp.zeros_like(x)
+        return xp.log(x) if self is Scale.log else xp.log(x) + math.log(_LN10)
+
+    def per_log_unit(self, x) -> float:
+        """`x h'(x)`: how far the value on this scale moves when `x` grows by a factor
+        `e` (to first order): `x`, `1` or `1 / ln 10`."""
+        if self is Scale.lin:
+            return x
+        return 1.0 if self is Scale.log else 1.0 / _LN10
+
+
+def as_scales(scales, what: str) -> tuple[Scale, ...]:
+    """`scales` as `Scale`s; an unknown name is a `ValueError` naming `what`."""
+    out = []
+    for s in scales:
+        try:
+            out.append(Scale(s))
+        except ValueError:
+            raise ValueError(f"Unknown {what} {s!r}: one of {[x.value for x in Scale]}.") from None
+    return tuple(out)

@@ -1,0 +1,6 @@
+"""Solving a model: the Rosenbrock solver (`_rosenbrock`), trajectories with switching
+times and events (`_simulate`), forward sensitivities with error control
+(`_forward`), and the sensitivity result type (`_sensitivity_result`).
+
+Imports `_runtime`, `_linalg` and `_model`.
+"""
