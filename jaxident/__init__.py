@@ -41,12 +41,16 @@ from ._identify._lserc import (
     LSERCResult as LSERCResult,
     Probe as Probe,
 )
+from ._identify._lserc_method import TwinPartners as TwinPartners
 from ._identify._perturb import (
     perturbation_analysis as perturbation_analysis,
     PerturbationAnalysis as PerturbationAnalysis,
+    Perturbed as Perturbed,
+    Response as Response,
     SmallGapWarning as SmallGapWarning,
 )
 from ._identify._reduction import (
+    FixAt as FixAt,
     reduce_parameters as reduce_parameters,
     Reduction as Reduction,
 )

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import jaxident as ji
-from jaxident._runtime import _config, _exported, _sweep
 from jaxident._problem._sensitivity import _sensitivity
+from jaxident._runtime import _config, _exported, _sweep
 
 
 _DECAY = """

@@ -214,6 +214,19 @@ def test_bad_arguments():
         ji.lserc(m, method=ji.LSERC(q=7))
     with pytest.raises(ValueError, match="key"):
         ji.reduce_parameters(m)
+    with pytest.raises(ValueError, match="fix_at .*must be one of 'mean', 'nominal', got 'median'"):
+        ji.reduce_parameters(m, key=jax.random.key(0), fix_at="median")  # before any sweep
+    with pytest.raises(ValueError, match="twin_partners must be one of 'next', 'all', got 'al'"):
+        ji.LSERC(twin_partners="al")
+    # the options and their names are the same settings: twins of the largest entry with
+    # the next coordinate (one per primary direction) or with every other one
+    from jaxident._identify._lserc import probe_directions
+
+    for option, per_primary in ((ji.TwinPartners.next, 1), (ji.TwinPartners.all, 3)):
+        D, kinds = probe_directions(4, ji.LSERC(twin_partners=option))
+        D_name, _ = probe_directions(4, ji.LSERC(twin_partners=option.value))
+        np.testing.assert_array_equal(D, D_name)
+        assert len(D) == 8 + 8 * per_primary
     with pytest.raises(ValueError, match="Did you mean"):
         ji.fix_parameters(m, {"theta5": 1.0})
     with pytest.raises(ValueError, match="nothing"):

@@ -106,8 +106,11 @@ def test_adjoint_products_equal_forward_sensitivities_ode():
     """alpha_j = J^T z_j from the vjp through diffrax equals S^T z_j from the forward
     sensitivity matrix, and the SCE error norm uses them without further solves."""
     model = ji.models.load("seir")
-    pa = ji.perturbation_analysis(model, key=jax.random.key(0), q=3, wrt="all")
-    assert pa.response == "state" and pa.n_out == 4
+    pa = ji.perturbation_analysis(model, key=jax.random.key(0), q=3, wrt=ji.Perturbed.all)
+    assert pa.response is ji.Response.state and pa.response == "state" and pa.n_out == 4
+    assert pa.selected == pa.names  # every initial state and parameter
+    with pytest.raises(ValueError, match="response must be one of 'state', 'output', got"):
+        ji.perturbation_analysis(model, key=jax.random.key(0), response="outputs")
     # The forward sensitivity of the full state x(t) (forward mode, ji.sensitivity_matrix
     # of the same model observed through its whole state).
     aug = ji.free_initial_state(model)

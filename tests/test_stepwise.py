@@ -14,6 +14,7 @@ import pytest
 from helpers import tol
 
 import jaxident as ji
+from jaxident._identify._stepwise_method import Procedure
 from jaxident._identify._stepwise_result import fisher_test
 
 
@@ -249,6 +250,7 @@ def test_linear_selects_exactly_the_main_effects(linear, order):
     expected = main[::-1] if order == "increasing" else main  # order follows the estimates
     assert list(res.selected) == expected
     assert res.n_evaluations <= 10 and res.n_evaluations == len(res.history)
+    assert res.procedure is Procedure.set_by_set and res.procedure == "set-by-set"
     assert all(e.success for e in res.history)  # 16 + 8 + 4 + 2 + 1
     assert [e.size for e in res.history] == [16, 24, 28, 30, 31]
     assert res.worst_case == {"set_by_set": 8588, "one_by_one": 461281}

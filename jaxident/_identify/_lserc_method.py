@@ -6,7 +6,21 @@ import numpy as np
 
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._model._checks import check_model
+from .._runtime._choice import Choice
 from .._solve._forward import accuracy
+
+
+class TwinPartners(Choice):
+    """Which coordinates twin a primary probing direction of L-SERC (stage S2):
+    `next`, `j = i + 1` for the largest entry `i` (one twin per direction); `all`, every
+    `j != i`, as in the authors' code."""
+
+    next = "next"
+    all = "all"
+
+
+def _twin_partners(value) -> TwinPartners:
+    return TwinPartners.of(value, "twin_partners")
 
 
 def _rows(directions) -> tuple[tuple[float, ...], ...] | None:
@@ -25,8 +39,9 @@ class LSERC(eqx.Module):
     - `directions`: primary probing directions, an `(m, p)` array (default `+-e_i`).
     - `twin`: `epsilon_twin`; each primary direction also probes `d + epsilon e_j`
       (stage S2, against false positives at kinks). 0 disables.
-    - `twin_partners`: `"next"` (`j = i + 1`, one twin per primary direction) or `"all"`
-      (every `j != i`, as in the authors' code).
+    - `twin_partners`: `ji.TwinPartners.next` (`j = i + 1`, one twin per primary
+      direction; the default) or `ji.TwinPartners.all` (every `j != i`, as in the
+      authors' code); the names `"next"` and `"all"` work too.
     - `singular`, `q`: `epsilon_sing` and depth of singularity probing (stage S3, against
       false negatives): the test is repeated at `theta +- epsilon sum_k v_k`, with `v_k`
       the null vectors of each rank-deficient direction (all of `D_sing`). 0 disables.
@@ -52,7 +67,7 @@ class LSERC(eqx.Module):
         default=None, static=True, converter=_rows
     )
     twin: float = 0.01
-    twin_partners: str = "next"
+    twin_partners: TwinPartners = eqx.field(default=TwinPartners.next, converter=_twin_partners)
     singular: float = 0.01
     q: int = 1
     rank: AbstractRankRule = RelativeTolerance()
@@ -103,7 +118,11 @@ def probe_directions(p: int, method: LSERC):
     if twin > 0:
         for d in primary:
             i = int(np.argmax(np.abs(d)))
-            js = [(i + 1) % p] if twin_partners == "next" else [j for j in range(p) if j != i]
+            js = (
+                [(i + 1) % p]
+                if twin_partners == TwinPartners.next
+                else [j for j in range(p) if j != i]
+            )
             for j in js:
                 if j == i:
                     continue

@@ -17,8 +17,27 @@ from .._linalg._sce import worst_direction, WorstDirection
 from .._model._base import AbstractModel, DAEModel, Integrator, ODEModel
 from .._model._checks import check_model, check_theta, n_outputs
 from .._model._transforms_state import free_initial_state
+from .._runtime._choice import Choice
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
+
+
+class Response(Choice):
+    """What `ji.perturbation_analysis` measures the error in: `state`, the full state
+    (`e(t)`; of a reduced model, lifted to the full space), or `output`, the model's
+    outputs (`eps(t)`)."""
+
+    state = "state"
+    output = "output"
+
+
+class Perturbed(Choice):
+    """Which quantities `ji.perturbation_analysis` perturbs (columns of the identity):
+    `parameters`, `initial_state` (ODE models) or `all` of them; or give names."""
+
+    parameters = "parameters"
+    initial_state = "initial_state"
+    all = "all"
 
 
 def _response_fn(model, t, response, integrator, forward=False, throw=True):
@@ -29,7 +48,7 @@ def _response_fn(model, t, response, integrator, forward=False, throw=True):
 
     def F(w):
         solved = solve(model, w, times, integrator, adjoint)
-        if response == "output":
+        if response == Response.output:
             out = solved.ys[0]
         elif isinstance(model, DAEModel):
             xs, ws = solved.xs
@@ -45,7 +64,7 @@ def _response_fn(model, t, response, integrator, forward=False, throw=True):
 
 def _response_size(model, response, w) -> int:
     """The dimension of the response, from the model's shapes (no trace of a solve)."""
-    if response == "output":
+    if response == Response.output:
         return n_outputs(model)
     theta = model.parameters.view(w)
     x0 = jnp.atleast_1d(jnp.asarray(model.initial_state(theta), dtype=float))
@@ -85,7 +104,7 @@ class PerturbationAnalysis(eqx.Module):
 
     - `names`: the perturbable quantities `p` (initial states first, then parameters).
     - `selected`: those in the admissible space (`delta p = P u`).
-    - `t`, `response` (`"state"` or `"output"`), `n_out` (its dimension), `q`.
+    - `t`, `response` (a `ji.Response`), `n_out` (its dimension), `q`.
     - `nominal`: `p` at which the model was linearised; `value`: the response there.
     - `worst`: a `WorstDirection`: `estimate` (`E`, eq. 3.2), `direction` (`delta p*`),
       `alphas` (`J^T z_j` from the `q` adjoint solves), `sigma`, `U`, `Z`.
@@ -98,7 +117,7 @@ class PerturbationAnalysis(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     selected: tuple[str, ...] = eqx.field(static=True)
     t: float = eqx.field(static=True)
-    response: str = eqx.field(static=True)
+    response: Response = eqx.field(static=True)
     n_out: int = eqx.field(static=True)
     q: int = eqx.field(static=True)
     nominal: Float[Array, " p"]
@@ -187,8 +206,8 @@ def perturbation_analysis(
     *,
     key: PRNGKeyArray,
     q: int = 4,
-    wrt: str | Sequence[str] = "parameters",
-    response: str = "state",
+    wrt: Perturbed | str | Sequence[str] = Perturbed.parameters,
+    response: Response | str = Response.state,
     integrator: Integrator | None = None,
 ) -> PerturbationAnalysis:
     """Estimate the error that perturbations of the initial state or parameters induce at
@@ -210,10 +229,12 @@ def perturbation_analysis(
     - `theta`: the parameters (default nominal); `t`: the time (default the last of
       `model.times`).
     - `key`, `q`: the random directions and their number.
-    - `wrt`: `"parameters"`, `"initial_state"` (ODE models), `"all"`, or a list of names
-      (states `x1..` / the model's state names, and parameter names): the admissible
-      perturbations `P`, columns of the identity.
-    - `response`: `"state"` (the full state; `e(t)`) or `"output"` (`h`; `eps(t)`).
+    - `wrt`: `ji.Perturbed.parameters` (the default), `ji.Perturbed.initial_state` (ODE
+      models), `ji.Perturbed.all`, or a name or list of names (states `x1..` / the
+      model's state names, and parameter names): the admissible perturbations `P`,
+      columns of the identity. The options' names (`"initial_state"`, ...) work too.
+    - `response`: `ji.Response.state` (the full state; `e(t)`; the default) or
+      `ji.Response.output` (`h`; `eps(t)`), or their names.
 
     **Returns:** a `PerturbationAnalysis`.
 
@@ -226,8 +247,7 @@ def perturbation_analysis(
     ```
     """
     check_model(model)
-    if response not in ("state", "output"):
-        raise ValueError(f"response must be 'state' or 'output', got {response!r}.")
+    response = Response.of(response, "response")
     integrator = model.integrator if integrator is None else integrator
     theta = check_theta(model, theta)
     t = float(np.asarray(model.times)[-1]) if t is None else float(t)
@@ -246,17 +266,18 @@ def perturbation_analysis(
         names = model.parameters.names
         w = theta
         target = model
-    if isinstance(wrt, str):
-        if wrt == "parameters":
+    if isinstance(wrt, str) and wrt in {m.value for m in Perturbed}:
+        wrt = Perturbed(wrt)
+        if wrt == Perturbed.parameters:
             sel = list(range(n_states, len(names)))
-        elif wrt == "initial_state":
+        elif wrt == Perturbed.initial_state:
             if n_states == 0:
                 raise ValueError("wrt='initial_state' needs an ODEModel.")
             sel = list(range(n_states))
-        elif wrt == "all":
-            sel = list(range(len(names)))
         else:
-            sel = [_index(names, wrt)]
+            sel = list(range(len(names)))
+    elif isinstance(wrt, str):
+        sel = [_index(names, wrt)]
     else:
         sel = [_index(names, n) for n in wrt]
     if not sel:

@@ -13,6 +13,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_times
 from .._model._sampling import latin_hypercube
 from .._model._transforms import fix_parameters
+from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
 from .._runtime._sweep import sweep
 from ._lserc import confirmed_mask, lserc_tree
@@ -113,6 +114,15 @@ def _solved(out):
     return out[1]
 
 
+class FixAt(Choice):
+    """Where `ji.reduce_parameters` fixes the parameters it finds non-identifiable at
+    every sample: `mean`, their sample mean (Abdelfattah et al.'s choice), or
+    `nominal`, the model's nominal values (or give a `{name: value}` dict)."""
+
+    mean = "mean"
+    nominal = "nominal"
+
+
 @clean_errors
 def reduce_parameters(
     model: AbstractModel,
@@ -121,7 +131,7 @@ def reduce_parameters(
     key=None,
     n: int = 25,
     box=None,
-    fix_at: str | dict = "mean",
+    fix_at: FixAt | str | dict = FixAt.mean,
     confirmed: bool = False,
     method: LSERC = LSERC(),
     batch_size: int = 32,
@@ -142,8 +152,9 @@ def reduce_parameters(
     - `model`: the model.
     - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
       default the model's bounds) for Latin-hypercube samples.
-    - `fix_at`: `"mean"` (the sample mean of each fixed parameter, the paper's choice),
-      `"nominal"`, or a `{name: value}` dict.
+    - `fix_at`: `ji.FixAt.mean` (the sample mean of each fixed parameter, the paper's
+      choice; the default), `ji.FixAt.nominal`, or a `{name: value}` dict; the names
+      `"mean"` and `"nominal"` work too.
     - `confirmed`: count at each sample only the non-identifiable parameters that the
       singularity probes confirm (default `False`: the whole non-identifiable set at
       the sample, as in the paper).
@@ -162,6 +173,8 @@ def reduce_parameters(
     ```
     """
     check_method(model, method)
+    if not isinstance(fix_at, dict):
+        fix_at = FixAt.of(fix_at, "fix_at (or a {name: value} dict)")
     p = model.parameters.p
     if samples is None:
         if key is None:
@@ -193,15 +206,13 @@ def reduce_parameters(
     lni = [nm for nm, c in zip(names, counts) if n_ok > 0 and c == n_ok]
     if isinstance(fix_at, dict):
         fixed = {k: float(v) for k, v in fix_at.items()}
-    elif fix_at == "mean":
+    elif fix_at == FixAt.mean:
         means = (
             np.asarray(samples)[ok].mean(axis=0) if n_ok else np.asarray(model.parameters.nominal)
         )
         fixed = {nm: float(means[names.index(nm)]) for nm in lni}
-    elif fix_at == "nominal":
-        fixed = {nm: float(model.parameters.nominal[names.index(nm)]) for nm in lni}
     else:
-        raise ValueError(f"fix_at must be 'mean', 'nominal' or a dict, got {fix_at!r}.")
+        fixed = {nm: float(model.parameters.nominal[names.index(nm)]) for nm in lni}
     reduced = fix_parameters(model, fixed) if fixed and len(fixed) < p else None
     return Reduction(
         names=names,

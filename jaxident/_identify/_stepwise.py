@@ -17,7 +17,7 @@ from .._model._base import AbstractModel, Integrator
 from .._problem._measurements import MeasurementError
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._stepwise_method import Stepwise
+from ._stepwise_method import Procedure, Stepwise
 from ._stepwise_problem import StepwiseProblem
 from ._stepwise_result import (
     at_bound,
@@ -30,7 +30,7 @@ from ._stepwise_result import (
 )
 
 
-def _run(problem: StepwiseProblem, procedure: str, progress: bool, checkpoint, resume):
+def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpoint, resume):
     p = len(problem.names)
     t_start = time.perf_counter()
     selected = np.zeros(p, bool)
@@ -77,7 +77,7 @@ def _run(problem: StepwiseProblem, procedure: str, progress: bool, checkpoint, r
                 )
                 break
             accepted = None
-            if procedure == "set-by-set":
+            if procedure == Procedure.set_by_set:
                 a = math.ceil(len(ranked) / 2)
                 while accepted is None:
                     out = evaluate(ranked[:a])
@@ -214,7 +214,7 @@ def set_by_set(
     this needs far fewer evaluations (eqs. 4-5, `ji.worst_case_evaluations`).
     """
     args = (theta0, error, candidates, bounds, method, integrator, progress, checkpoint, resume)
-    return _stepwise("set-by-set", model, data, times, *args)
+    return _stepwise(Procedure.set_by_set, model, data, times, *args)
 
 
 @clean_errors
@@ -240,7 +240,7 @@ def one_by_one(
     re-ranked. Stop when no remaining parameter can be added.
     """
     args = (theta0, error, candidates, bounds, method, integrator, progress, checkpoint, resume)
-    return _stepwise("one-by-one", model, data, times, *args)
+    return _stepwise(Procedure.one_by_one, model, data, times, *args)
 
 
 # The two procedures share their arguments; their docstrings share the description.

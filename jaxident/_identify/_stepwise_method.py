@@ -7,6 +7,15 @@ import optimistix as optx
 from .._fit._solvers import LevenbergMarquardt
 from .._linalg._rank import AbstractRankRule, RelativeTolerance
 from .._linalg._ranking import AbstractRankingCriterion, Orthogonalization
+from .._runtime._choice import Choice
+
+
+class Procedure(Choice):
+    """The stepwise procedure a selection ran: `set-by-set` (Alberton et al.'s binary
+    search, `ji.set_by_set`) or `one-by-one` (the classical one, `ji.one_by_one`)."""
+
+    set_by_set = "set-by-set"
+    one_by_one = "one-by-one"
 
 
 class Stepwise(eqx.Module):

@@ -68,8 +68,8 @@ class StepwiseSelection(eqx.Module):
 
     **Fields:**
 
-    - `procedure`: `"set-by-set"` or `"one-by-one"`; `criterion`: the name of the
-      ranking used (read from `method`).
+    - `procedure`: `set-by-set` or `one-by-one` (a `Procedure`, equal to its name);
+      `criterion`: the name of the ranking used (read from `method`).
     - `names`: every parameter of the model; `candidates`: those that could be chosen.
     - `selected`: the identifiable parameters, in the order they were selected.
     - `theta`: the final parameter vector (re-estimated where `reestimate=True`; the

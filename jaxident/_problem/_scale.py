@@ -2,16 +2,17 @@
 estimated on (`parameterScale`) and the one an observable's data are compared on
 (`observableTransformation`)."""
 
-import enum
 import math
 
 import numpy as np
+
+from .._runtime._choice import Choice
 
 
 _LN10 = math.log(10.0)
 
 
-class Scale(str, enum.Enum):
+class Scale(Choice):
     """`lin`, `log` or `log10`: the map `h` from a positive quantity `x` to the value on
     this scale (`h(x) = x`, `ln x`, `log10 x`). A `Scale` is the string it is named by
     (`Scale.log10 == "log10"`), so tables and user code may give either.
@@ -23,12 +24,6 @@ class Scale(str, enum.Enum):
     lin = "lin"
     log = "log"
     log10 = "log10"
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     def forward(self, x, xp=np):
         """`h(x)`: a quantity on this scale."""
@@ -66,10 +61,4 @@ class Scale(str, enum.Enum):
 
 def as_scales(scales, what: str) -> tuple[Scale, ...]:
     """`scales` as `Scale`s; an unknown name is a `ValueError` naming `what`."""
-    out = []
-    for s in scales:
-        try:
-            out.append(Scale(s))
-        except ValueError:
-            raise ValueError(f"Unknown {what} {s!r}: one of {[x.value for x in Scale]}.") from None
-    return tuple(out)
+    return tuple(Scale.of(s, what) for s in scales)
