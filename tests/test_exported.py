@@ -4,6 +4,7 @@ tracing them, with the same results, and code changed between processes is trace
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -258,6 +259,17 @@ def test_a_second_process_loads_the_kernels_and_sees_changed_code(tmp_path):
     assert changed["S"] != first["S"]
     assert changed["ranks"] == first["ranks"]
     assert len(list(files[0].parent.glob("*.jaxexport"))) == len(files) + 1
+
+
+def test_the_key_reads_the_source_of_every_layer():
+    """A kept kernel is keyed on all of jaxident's code: the files of every layer's
+    folder, not only those beside `_exported.py` (a change to the fit's code must not
+    load a kernel lowered before it)."""
+    root, files = _exported.source_files()
+    assert root == pathlib.Path(ji.__file__).resolve().parent
+    names = {str(f.relative_to(root)) for f in files}
+    assert {"__init__.py", "_fit/_multistart.py", "_runtime/_exported.py", "petab.py"} <= names
+    assert names == {str(f.relative_to(root)) for f in root.rglob("*.py")}
 
 
 def test_without_a_cache_folder_there_is_nothing_to_keep():

@@ -69,6 +69,13 @@ def _library(obj) -> bool:
 
 
 @functools.cache
+def source_files() -> tuple[pathlib.Path, list[pathlib.Path]]:
+    """The package's folder and every Python file in it, in every layer's subfolder
+    (this module lives in `_runtime/`, one below the package)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return root, sorted(root.rglob("*.py"))
+
+
 def environment() -> str:
     """Versions, jaxident's own source and the platform: the part of the key that is the
     same for every call in this process."""
@@ -78,8 +85,8 @@ def environment() -> str:
             h.update(f"{name}={importlib.metadata.version(name)};".encode())
         except importlib.metadata.PackageNotFoundError:
             h.update(f"{name}=?;".encode())
-    root = pathlib.Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
+    root, files = source_files()
+    for path in files:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     h.update(f"{jax.default_backend()};x64={jax.config.jax_enable_x64}".encode())
