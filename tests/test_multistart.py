@@ -79,6 +79,26 @@ def test_multistart_reaches_the_closed_form_optimum():
     assert "reached (within 0.1) by 1" in repr(one)
 
 
+def test_starts_far_off_scale_reach_the_optimum():
+    """Starts whose output scale is 1e3 to 1e13 times too large (V on a log10 scale near
+    its lower bound): the curvatures there span 1e30, and Nielsen's initial damping
+    (relative to the largest) froze such fits after a step or two (stagnation), or,
+    measured against that curvature's running maximum, called a gradient flat far from
+    the optimum (-log L 4,078 reported as converged). Each reaches the closed form's
+    optimum now, as a start near it does."""
+    t, y = _decay_data()
+    theta, nll = _closed_form_fit(t, y, 0.01)
+    model = Decay(parameters=ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 1e-14], [2.0, 10.0]))
+    problem = ji.Problem(
+        model, ji.Experiment(t, y[:, None], 0.01), scales={"k": "log10", "V": "log10"}
+    )
+    starts = np.array([[np.log10(0.5), v] for v in (-13.0, -8.0, -5.0, -4.0, np.log10(1.5))])
+    fits = ji.estimate(problem, starts=starts, progress=False)
+    assert fits.ok.all() and fits.n_at_best == 5
+    np.testing.assert_allclose(np.asarray(fits.nll), nll, rtol=1e-7)
+    np.testing.assert_allclose(10.0 ** np.asarray(fits.theta), np.tile(theta, (5, 1)), rtol=1e-5)
+
+
 def test_gradient_and_fisher_against_finite_differences(tmp_path):
     """Estimated scales in the observable and the noise (`s0`, `s1`), a log-transformed
     observable, normal and Laplace noise: the gradient of the negative log-likelihood

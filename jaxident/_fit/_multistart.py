@@ -43,6 +43,8 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
 
 
 _NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
+_PROMISE = 1e-3  # a decrease of -log L that no likelihood-based conclusion notices
+_MARQUARDT = 1e-3  # a damping relative to each curvature (Marquardt's), for a restart
 
 
 class _State(eqx.Module):
@@ -56,6 +58,7 @@ class _State(eqx.Module):
     slow: Bool[Array, ""]
     done: Bool[Array, ""]
     stalled: Bool[Array, ""]
+    rescued: Bool[Array, ""]
     failed: Bool[Array, ""]
     steps: Int[Array, ""]
 
@@ -89,7 +92,8 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     state = _State(
         theta=theta0, nll=f0, g=g0, H=H0, scale2=jnp.zeros(q, dtype),
         mu=jnp.asarray(-1.0, dtype), nu=jnp.asarray(2.0, dtype), slow=jnp.asarray(False),
-        done=jnp.asarray(False), stalled=jnp.asarray(False), failed=~good0,
+        done=jnp.asarray(False), stalled=jnp.asarray(False), rescued=jnp.asarray(False),
+        failed=~good0,
         steps=jnp.asarray(0),
     )  # fmt: skip
 
@@ -124,10 +128,11 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
         # the projected gradient in units of the curvature (the decrease a Newton step
         # would bring is half its square): nothing left to gain
         moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
-        flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(D2), 0.0)) <= 1e-6
-        # no step lowers the cost: the damping ran away, or the step vanished
-        tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
-        stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny)
+        # (against the curvature there, not its running maximum `D2`, which a start far
+        # out leaves 1e30 times too large: a gradient small against that is not flat)
+        curv = jnp.diag(H2)
+        curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
+        flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0)) <= 1e-6
         # stuck where the Gauss-Newton step promises less than the noise of the cost
         # (the solves' rtol): that is the optimum, as far as the cost can tell
         gn = -jax.scipy.linalg.solve(
@@ -136,19 +141,34 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
             assume_a="pos",
         )
         promise = -(g @ gn + 0.5 * gn @ H @ gn)
+        near = promise <= jnp.maximum(_NOISE * jnp.abs(s.nll), _PROMISE)
+        # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
+        # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
+        # largest curvature, damps a start whose curvatures span 1e30 by 1e10 and more:
+        # Fujita's at a cost of 1e15, a decay whose scale starts 1e4 off). Such a fit
+        # restarts its damping once at Marquardt's dimensionless 1e-3, and stops as
+        # stagnated (not converged) if that does not free it.
+        tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
+        crawling = ((~accept & tiny) | (accept & slow & s.slow)) & ~near
+        rescue = crawling & ~s.rescued
+        # no step lowers the cost: the damping ran away, or the step vanished
+        stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
         settled = stuck & (promise <= _NOISE * jnp.maximum(jnp.abs(s.nll), 1.0))
-        converged = (accept & slow & s.slow) | (accept & flat) | settled
+        stalled = stuck | (crawling & ~rescue)
+        converged = (accept & slow & s.slow & near) | (accept & flat) | settled
+        mu = jnp.where(accept, nielsen(mu, rho), mu * s.nu)
         return _State(
             theta=jnp.where(accept, trial, theta),
             nll=f,
             g=g2,
             H=H2,
             scale2=scale2,
-            mu=jnp.where(accept, nielsen(mu, rho), mu * s.nu),
-            nu=jnp.where(accept, 2.0, 2.0 * s.nu),
-            slow=jnp.where(accept, slow, s.slow),
-            done=converged | stuck,
-            stalled=stuck & ~converged,
+            mu=jnp.where(rescue, _MARQUARDT, mu),
+            nu=jnp.where(accept | rescue, 2.0, 2.0 * s.nu),
+            slow=jnp.where(rescue, False, jnp.where(accept, slow, s.slow)),
+            rescued=s.rescued | rescue,
+            done=converged | stalled,
+            stalled=stalled & ~converged,
             failed=s.failed | ~good,
             steps=s.steps + 1,
         )
