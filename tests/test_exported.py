@@ -270,6 +270,8 @@ def test_the_key_reads_the_source_of_every_layer():
     names = {str(f.relative_to(root)) for f in files}
     assert {"__init__.py", "_fit/_multistart.py", "_runtime/_exported.py", "petab.py"} <= names
     assert names == {str(f.relative_to(root)) for f in root.rglob("*.py")}
+    # read once per process, not at every kept kernel's call
+    assert _exported.environment() is _exported.environment()
 
 
 def test_without_a_cache_folder_there_is_nothing_to_keep():

@@ -68,7 +68,6 @@ def _library(obj) -> bool:
     return module.split(".")[0] in _LIBRARIES
 
 
-@functools.cache
 def source_files() -> tuple[pathlib.Path, list[pathlib.Path]]:
     """The package's folder and every Python file in it, in every layer's subfolder
     (this module lives in `_runtime/`, one below the package)."""
@@ -76,6 +75,7 @@ def source_files() -> tuple[pathlib.Path, list[pathlib.Path]]:
     return root, sorted(root.rglob("*.py"))
 
 
+@functools.cache
 def environment() -> str:
     """Versions, jaxident's own source and the platform: the part of the key that is the
     same for every call in this process."""
