@@ -343,6 +343,8 @@ class _Observables(NamedTuple):
 
 
 def _observables(obs_df) -> _Observables:
+    from ._problem._scale import Scale
+
     observables, noise, transforms, distributions, placeholders = {}, {}, [], [], {}
     for _, row in obs_df.iterrows():
         oid = row["observableId"]
@@ -355,10 +357,8 @@ def _observables(obs_df) -> _Observables:
             m = re.fullmatch(r"(observable|noise)Parameter(\d+)_(.+)", sym.name)
             if m and m.group(3) == oid:
                 placeholders[sym.name] = (oid, m.group(1), int(m.group(2)))
-    transforms = [
-        t if t in ("lin", "log", "log10") else _bad(f"observable transformation {t!r}")
-        for t in transforms
-    ]
+    known = {scale.value for scale in Scale}
+    transforms = [t if t in known else _bad(f"observable transformation {t!r}") for t in transforms]
     for d in distributions:
         if d not in ("normal", "laplace"):
             _bad(f"noise distribution {d!r}")
