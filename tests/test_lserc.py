@@ -282,3 +282,41 @@ def test_reduction_counts_the_confirmed_set_per_sample():
     assert red.counts.tolist() == [0, 0, 1, 0]
     red = ji.reduce_parameters(m, samples, **kw)
     assert red.counts.tolist() == [1, 1, 1, 0]
+
+
+def test_a_problem_of_one_experiment_is_analysed_as_its_model():
+    """`lserc` and `reduce_parameters` take a `ji.Problem` of one experiment: the model
+    alone as a problem gives the model's answer exactly; a condition that fixes a
+    parameter gives `ji.fix_parameters`'s; what a single-model analysis cannot take
+    (several experiments, log scales) is refused by name."""
+    m = ji.models.load("nonsmooth_dae_example")
+    method = ji.LSERC(twin=0.0)
+    ref = ji.lserc(m, m.THETA_STAR, method=method)
+    problem = ji.Problem.from_model(m)
+    assert problem.as_model("x").model is m  # nothing to transform
+    res = ji.lserc(problem, m.THETA_STAR, method=method)
+    assert (res.non_identifiable, res.confirmed) == (ref.non_identifiable, ref.confirmed)
+    np.testing.assert_array_equal(np.asarray(res.reference.rank), np.asarray(ref.reference.rank))
+    samples = np.asarray(m.THETA_STAR)[None]
+    kw = dict(method=method, fix_at="nominal", progress=False)
+    red = ji.reduce_parameters(problem, samples, confirmed=True, **kw)
+    assert red.counts.tolist() == [0, 0, 1, 0]
+    # theta3 fixed by the experiment's condition: the problem has three parameters
+    theta = np.asarray(m.THETA_STAR)
+    held = ji.Problem(m, ji.Experiment(m.times, condition={"theta3": float(theta[2])}))
+    fixed = ji.fix_parameters(m, {"theta3": float(theta[2])})
+    view = held.as_model("x")
+    assert view.model.parameters.names == ("theta1", "theta2", "theta4")
+    assert view.model.fixed == {"theta3": float(theta[2])}
+    a = ji.lserc(held, theta[[0, 1, 3]], method=ji.LSERC(twin=0.0, singular=0.0))
+    b = ji.lserc(fixed, theta[[0, 1, 3]], method=ji.LSERC(twin=0.0, singular=0.0))
+    assert a.non_identifiable == b.non_identifiable
+    np.testing.assert_array_equal(np.asarray(a.reference.rank), np.asarray(b.reference.rank))
+    two = ji.Problem(m, [ji.Experiment(m.times), ji.Experiment(m.times[:3])])
+    with pytest.raises(ValueError, match="2 experiments"):
+        ji.lserc(two)
+    logs = ji.Problem(m, ji.Experiment(m.times), scales={"theta2": "log10"})
+    with pytest.raises(ValueError, match=r"log scales \(theta2\)"):
+        ji.reduce_parameters(logs, samples)
+    with pytest.raises(TypeError, match="holds its times"):
+        ji.lserc(problem, times=m.times)

@@ -124,6 +124,19 @@ def test_missing_data_are_masked_and_each_output_has_its_error_model():
     W = A * np.abs(ref)[None, :]  # log-parameter Fisher matrix, eq. 1
     rel = np.sqrt(np.diag(np.linalg.inv(W.T @ W)))
     np.testing.assert_allclose(res.relative_std, rel[order], rtol=1e-8)
+    # the same model and data as a problem: the same selection, bit for bit
+    problem = ji.Problem.from_model(m, data, sigma=err)
+    same = ji.set_by_set(problem, method=method, bounds=False, progress=False)
+    assert same.selected == res.selected and same.cost == res.cost
+    np.testing.assert_array_equal(same.theta, res.theta)
+    np.testing.assert_array_equal(same.relative_std, res.relative_std)
+    assert same.fingerprint == res.fingerprint  # the same sigma per datum
+    with pytest.raises(TypeError, match="holds its noise"):
+        ji.set_by_set(problem, error=err, progress=False)
+    with pytest.raises(TypeError, match="holds its data"):
+        ji.one_by_one(problem, data, progress=False)
+    with pytest.raises(ValueError, match="needs data"):
+        ji.set_by_set(ji.Problem.from_model(m), progress=False)
     # ji.estimate masks the same entries: NaN residuals there, the same estimate
     est = ji.estimate(m, data, sigma=err, solver=ji.LevenbergMarquardt(rtol=1e-12))
     np.testing.assert_allclose(est.theta, ref, rtol=1e-8)

@@ -17,6 +17,7 @@ from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarni
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
 from .._model._nonsmooth import directions_matrix, ld_jvp
+from .._problem._base import model_of, Problem
 from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
@@ -342,7 +343,7 @@ def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
 
 @clean_errors
 def lserc(
-    model: AbstractModel,
+    model: AbstractModel | Problem,
     theta: ArrayLike | dict | Sequence | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
@@ -359,7 +360,9 @@ def lserc(
     `rref(V_r^T)` (eqs. 14-15, 22-23) are the locally non-identifiable parameters, each
     isolated or pairwise with the other nonzeros of its row.
 
-    **Arguments:** `model`, `theta` (default nominal), `times` (default `model.times`),
+    **Arguments:** `model` (or a `ji.Problem` of one experiment on linear scales, see
+    `Problem.as_model`: its model, parameters and times), `theta` (default nominal),
+    `times` (default `model.times`),
     `method` (a `ji.LSERC` with the probing directions, twin and singularity probing,
     rank rule and rref tolerance), `integrator`, `throw`.
 
@@ -374,6 +377,7 @@ def lserc(
     res.non_identifiable, res.pairwise   # ('theta2', 'theta3'), {'theta3': ('theta4',)}
     ```
     """
+    model, times = model_of(model, times, "ji.lserc")
     check_method(model, method)
     theta = check_theta(model, theta)
     times = check_times(model, times)

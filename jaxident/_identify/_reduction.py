@@ -13,6 +13,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_times
 from .._model._sampling import latin_hypercube
 from .._model._transforms import fix_parameters
+from .._problem._base import model_of, Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
 from .._runtime._sweep import sweep
@@ -125,7 +126,7 @@ class FixAt(Choice):
 
 @clean_errors
 def reduce_parameters(
-    model: AbstractModel,
+    model: AbstractModel | Problem,
     samples: ArrayLike | Sequence | None = None,
     *,
     key=None,
@@ -149,7 +150,8 @@ def reduce_parameters(
 
     **Arguments:**
 
-    - `model`: the model.
+    - `model`: the model, or a `ji.Problem` of one experiment on linear scales (its
+      model, parameters and times; see `Problem.as_model`).
     - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
       default the model's bounds) for Latin-hypercube samples.
     - `fix_at`: `ji.FixAt.mean` (the sample mean of each fixed parameter, the paper's
@@ -172,6 +174,7 @@ def reduce_parameters(
     red.non_identifiable, red.reduced_model.parameters.names
     ```
     """
+    model, times = model_of(model, times, "ji.reduce_parameters")
     check_method(model, method)
     if not isinstance(fix_at, dict):
         fix_at = FixAt.of(fix_at, "fix_at (or a {name: value} dict)")

@@ -14,6 +14,7 @@ from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
 from .._model._base import AbstractModel, Integrator
+from .._problem._base import Problem
 from .._problem._measurements import MeasurementError
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
@@ -141,7 +142,9 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
 _DOC_ARGS = """
     **Arguments:**
 
-    - `model`: any jaxident model (ODE, DAE or `AlgebraicModel`).
+    - `model`: any jaxident model (ODE, DAE or `AlgebraicModel`); or a `ji.Problem` of
+      one experiment on linear scales (see `Problem.as_model`), which holds the data,
+      times and noise: give neither `data`, `times` nor `error` then.
     - `data`: the measurements, `(n_times, n_outputs)` (or `(n_times,)`, or a
       `Trajectory`); NaN marks a missing observation (no weight in the fits and the
       Fisher matrices).
@@ -179,6 +182,17 @@ _DOC_ARGS = """
 
 def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, method,
               integrator, progress, checkpoint, resume):  # fmt: skip
+    if isinstance(model, Problem):
+        if data is not None or times is not None:
+            raise TypeError("A problem holds its data and times: give neither.")
+        if repr(error) != repr(MeasurementError()):
+            raise TypeError("A problem holds its noise (sigma): give no error model.")
+        view = model.as_model(f"ji.{procedure.name}")
+        if view.data is None:
+            raise ValueError(f"ji.{procedure.name} needs data: the problem has none.")
+        model, data, times, error = view.model, view.data, view.times, view.sigma
+    elif data is None:
+        raise TypeError("Give the data (or a ji.Problem, which holds them).")
     problem = StepwiseProblem(
         model, data, times, theta0, error, candidates, bounds, method, integrator
     )  # fmt: skip
@@ -189,8 +203,8 @@ def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, 
 
 @clean_errors
 def set_by_set(
-    model: AbstractModel,
-    data: ArrayLike | Sequence | Trajectory,
+    model: AbstractModel | Problem,
+    data: ArrayLike | Sequence | Trajectory | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
     theta0: ArrayLike | dict | Sequence | None = None,
@@ -219,8 +233,8 @@ def set_by_set(
 
 @clean_errors
 def one_by_one(
-    model: AbstractModel,
-    data: ArrayLike | Sequence | Trajectory,
+    model: AbstractModel | Problem,
+    data: ArrayLike | Sequence | Trajectory | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
     theta0: ArrayLike | dict | Sequence | None = None,

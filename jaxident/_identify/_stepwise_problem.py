@@ -54,7 +54,7 @@ class StepwiseProblem:
     def __init__(self, model, data, times, theta0, error, candidates, bounds, method, integrator):
         if not isinstance(method, Stepwise):
             raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
-        if not isinstance(error, MeasurementError):
+        if not isinstance(error, (MeasurementError, np.ndarray)):  # (ndarray: a problem's)
             raise TypeError(
                 f"error must be a ji.MeasurementError(relative, absolute), got {error!r}."
             )

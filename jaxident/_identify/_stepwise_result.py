@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._linalg._misc import svdvals
-from .._problem._measurements import near_bound
+from .._problem._measurements import MeasurementError, near_bound
 
 
 def worst_case_evaluations(n: int) -> dict[str, int]:
@@ -85,7 +85,8 @@ class StepwiseSelection(eqx.Module):
     - `at_bound`: selected parameters whose estimate ended within `1e-3` of the width of
       their box from a bound (on a log scale where both bounds are positive): their
       `relative_std` is not that of a free parameter.
-    - `method` (the `ji.Stepwise` settings), `error` (the `ji.MeasurementError`),
+    - `method` (the `ji.Stepwise` settings), `error` (the `ji.MeasurementError`, or a
+      problem's sigma per datum),
       `bounds`: every setting of the run, recorded; `fingerprint`: a digest of the
       problem (data, errors, times, start, bounds, candidates), which `resume` checks.
     """
@@ -154,7 +155,7 @@ class StepwiseSelection(eqx.Module):
             "cost": num(self.cost),
             "at_bound": list(self.at_bound),
             "method": repr(self.method),
-            "error": repr(self.error),
+            "error": error_text(self.error),
             "bounds": self.bounds,
             "stop_reason": self.stop_reason,
             "seconds": self.seconds,
@@ -211,13 +212,19 @@ class Saved(NamedTuple):
     history: tuple[Evaluation, ...]
 
 
+def error_text(error) -> str:
+    """The error model as recorded; a problem's sigma, given per datum, as words (its
+    values are in the fingerprint)."""
+    return repr(error) if isinstance(error, MeasurementError) else "the problem's sigma"
+
+
 def _settings(procedure, fingerprint, method, error, bounds) -> dict:
     """What a resumed run must share with the run it continues."""
     return {
         "procedure": procedure,
         "fingerprint": fingerprint,
         "method": repr(method),
-        "error": repr(error),
+        "error": error_text(error),
         "bounds": bounds,
     }
 

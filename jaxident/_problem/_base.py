@@ -14,6 +14,7 @@ problem.
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._model._base import AbstractModel, AlgebraicModel
 from .._model._checks import check_model, n_outputs
 from .._model._parameters import Parameters
+from .._model._transforms import _reparameterize
 from ._measurements import MeasurementError
 from ._scale import as_scales, Scale
 
@@ -320,6 +322,57 @@ class Problem(eqx.Module):
         experiment = Experiment(np.asarray(times, dtype=float), data, sigma)
         return cls(model, experiment, name=name or type(model).__name__)
 
+    def as_model(self, what: str) -> "ModelView":
+        """This problem as a model with data, for the analyses written for one model
+        (`what` names the analysis in errors): its one experiment's times, data
+        (`None` for a design study) and standard deviations, and the model with the
+        problem's parameters (their nominal values and bounds; a parameter the
+        experiment's condition fixes is held at its value, `ji.fix_parameters`).
+
+        **Raises:** `ValueError` naming what the analysis cannot take: several
+        experiments, a steady-state measurement or pre-equilibration, a parameter or
+        observable not on the linear scale, Laplace noise, noise parameters, or a
+        problem parameter that is not exactly one model parameter."""
+        refuse = []
+        if self.n_experiments != 1:
+            refuse.append(f"{self.n_experiments} experiments")
+        if any(self.steady) or any(self.preequilibrated):
+            refuse.append("a steady-state measurement or pre-equilibration")
+        logs = [n for n, s in zip(self.parameters.names, self.scales) if s != Scale.lin]
+        if logs:
+            refuse.append(f"parameters estimated on log scales ({', '.join(logs)})")
+        if any(t != Scale.lin for t in self.transforms):
+            refuse.append("observable transformations")
+        if any(d != "normal" for d in self.distributions):
+            refuse.append("Laplace noise")
+        if any(self.noise_outputs) or self.noise_parameters:
+            refuse.append("noise parameters")
+        source = np.asarray(self.source[0])
+        takes = [np.flatnonzero(source == i) for i in range(self.parameters.p)]
+        shared = [n for n, t in zip(self.parameters.names, takes) if t.size != 1]
+        if shared:
+            refuse.append(f"parameters that are not one model parameter each ({', '.join(shared)})")
+        if refuse:
+            raise ValueError(
+                f"{what} analyses one model with data: a problem of one experiment whose "
+                "outputs are the model's, on linear scales with normal noise. This problem "
+                f"has {'; '.join(refuse)}. Use ji.analyze, ji.sensitivity, ji.estimate and "
+                "ji.profile, which take any problem."
+            )
+        data = None if not bool(np.any(np.isfinite(np.asarray(self.data[0])))) else self.data[0]
+        free = tuple(int(t[0]) for t in takes)
+        model, params = self.model, self.linear
+        same = (free == tuple(range(model.parameters.p))
+                and params.names == model.parameters.names
+                and all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in (
+                    (params.nominal, model.parameters.nominal),
+                    (params.lower, model.parameters.lower),
+                    (params.upper, model.parameters.upper))))  # fmt: skip
+        if not same:
+            fixed = jnp.asarray(self.constant[0])
+            model = _reparameterize(model, params, free, fixed, jnp.ones(len(free)))
+        return ModelView(model, np.asarray(self.times[0]), data, np.asarray(self.sigma[0]))
+
     @property
     def model_file(self) -> str | None:
         """The SBML file of an imported model, else `None`."""
@@ -337,6 +390,26 @@ class Problem(eqx.Module):
     def output_names(self) -> tuple[str, ...]:
         names = self.model.output_names or tuple(f"y{i}" for i in range(self.n_observables))
         return tuple(names[: self.n_observables])
+
+
+class ModelView(NamedTuple):
+    """A one-experiment problem as a model with data (`Problem.as_model`)."""
+
+    model: AbstractModel
+    times: np.ndarray
+    data: Array | None
+    sigma: np.ndarray
+
+
+def model_of(target, times, what: str):
+    """The model and times an analysis of one model runs on: a model and `times` as
+    given, or a one-experiment problem's (`Problem.as_model`; it holds its times)."""
+    if not isinstance(target, Problem):
+        return target, times
+    if times is not None:
+        raise TypeError("A problem holds its times: give none.")
+    view = target.as_model(what)
+    return view.model, view.times
 
 
 def _columns(model, source, pre_source, observed, noise_outputs) -> tuple[tuple[int, ...], ...]:

@@ -42,7 +42,9 @@ class MeasurementError(eqx.Module):
                 f"zero for any output; got relative={a.tolist()}, absolute={b.tolist()}."
             )
 
-    def sigma(self, data: Float[Array, "times outputs"]) -> Float[Array, "times outputs"]:
+    def sigma(
+        self, data: Float[Array | np.ndarray, "times outputs"]
+    ) -> Float[Array, "times outputs"]:
         """The standard deviations of `(n_times, n_outputs)` data."""
         n_out = data.shape[-1]
         for name, v in (("relative", self.relative), ("absolute", self.absolute)):
