@@ -51,6 +51,10 @@ def test_alpha_pinene_against_scipy_least_squares():
     np.testing.assert_allclose(est.covariance, s2 * np.linalg.inv(J.T @ J), rtol=1e-6)
     ci = est.confidence_intervals(0.95)
     assert np.all(ci[:, 0] < np.asarray(est.theta)) and np.all(np.asarray(est.theta) < ci[:, 1])
+    from scipy.stats import t as student  # reference: Student's t quantile, 35 dof
+
+    half = student.ppf(0.975, 35) * np.sqrt(np.diag(est.covariance))
+    np.testing.assert_allclose(ci[:, 1] - np.asarray(est.theta), half, rtol=1e-12)
     assert "p1" in repr(est) and est.to_dict()["ok"]
 
 

@@ -19,10 +19,6 @@ ALLOWED_INSIDE = {
     ("jaxident._io._symbolic", "libsbml"),
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
-    # heavy imports only some calls need (start-up time of a first answer)
-    ("jaxident._report._analyze", "sympy"),
-    ("jaxident._runtime._exported", "sympy"),
-    ("jaxident._fit._estimate", "scipy.stats"),
 }
 # the layers, bottom first: a module of a layer imports modules of its own layer and
 # the ones before it (the public modules above them all: `jaxident`, `petab`, `cli`,

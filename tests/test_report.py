@@ -425,6 +425,25 @@ def test_monomials_read_as_products_where_they_can():
     assert texts == ("a/b",) and exps.tolist() == [[1, -1]]
 
 
+
+def test_rational_null_space_is_sympys():
+    """The exact null space behind the monomials, against sympy's `nullspace` (the same
+    basis, entry by entry) on integer matrices of every rank, wide and square."""
+    import sympy as sp
+
+    from jaxident._report._analyze import rational_null_space
+
+    rng = np.random.default_rng(0)
+    for m, n, rank in [(1, 4, 1), (2, 5, 2), (3, 6, 2), (4, 4, 3), (2, 3, 0), (3, 7, 3)]:
+        M = rng.integers(-3, 4, (m, rank)) @ rng.integers(-3, 4, (rank, n))
+        ours = rational_null_space(M)
+        ref = sp.Matrix(M.tolist()).nullspace()
+        assert len(ours) == len(ref) == n - np.linalg.matrix_rank(M)
+        for v, r in zip(ours, ref):
+            assert [sp.Rational(x.numerator, x.denominator) for x in v] == list(r)
+            assert all(sum(int(a) * x for a, x in zip(row, v)) == 0 for row in M)
+
+
 class _Shifted(Decay):
     """y = exp(-k t) / V + shift, shift at 0."""
 

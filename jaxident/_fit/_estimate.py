@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from scipy.special import stdtrit
 
 from .._linalg._rank import RelativeTolerance
 from .._model._base import AbstractModel, Integrator
@@ -112,11 +113,9 @@ class Estimate(eqx.Module):
 
     def confidence_intervals(self, level: float = 0.95) -> np.ndarray:
         """`(p, 2)` Student-t intervals at `level`."""
-        from scipy.stats import t as student
-
         if not 0 < level < 1:
             raise ValueError(f"level must lie in (0, 1), got {level}.")
-        q = student.ppf(0.5 + level / 2, max(self.dof, 1))
+        q = stdtrit(max(self.dof, 1), 0.5 + level / 2)  # Student's t quantile
         th = np.asarray(self.theta)
         se = self.std_errors
         return np.stack([th - q * se, th + q * se], axis=1)

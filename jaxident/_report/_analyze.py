@@ -105,7 +105,7 @@ def _combinations(names, N, monomial: bool, log_units: bool):
         if all(r is not None for r in rows):
             M = np.array([[int(x) for x in r] for r in rows])
             # two bases of the same lattice, from the parameters in their order and in
-            # reverse (sympy frees the last variables): the one with fewer divisions
+            # reverse (the echelon form frees the last variables): the one with fewer divisions
             # reads best (`N*k, I*k, S*k` rather than `S/I, S/N, S*k`)
             bases = [_monomial_basis(M, N, order) for order in (np.arange(g), np.arange(g)[::-1])]
             bases = [b for b in bases if b is not None]
@@ -121,15 +121,43 @@ def _combinations(names, N, monomial: bool, log_units: bool):
     return tuple(texts), None
 
 
+def rational_null_space(M) -> list[list[Fraction]]:
+    """A basis of the null space of the integer matrix `M` in exact rationals: from its
+    reduced row echelon form (unique), one vector per free column, 1 there and minus the
+    pivot rows' entries at the pivot columns (the basis sympy's `Matrix.nullspace`
+    gives)."""
+    A = [[Fraction(int(x)) for x in row] for row in np.asarray(M)]
+    n = np.shape(M)[1]
+    pivots: list[int] = []
+    for c in range(n):
+        r = len(pivots)
+        p = next((i for i in range(r, len(A)) if A[i][c] != 0), None)
+        if p is None:
+            continue
+        A[r], A[p] = A[p], A[r]
+        A[r] = [x / A[r][c] for x in A[r]]
+        for i in range(len(A)):
+            if i != r and A[i][c] != 0:
+                f = A[i][c]
+                A[i] = [a - f * b for a, b in zip(A[i], A[r])]
+        pivots.append(c)
+    basis = []
+    for free in (c for c in range(n) if c not in pivots):
+        v = [Fraction(0)] * n
+        v[free] = Fraction(1)
+        for row, c in enumerate(pivots):
+            v[c] = -A[row][free]
+        basis.append(v)
+    return basis
+
+
 def _monomial_basis(M, N, order):
     """Integer exponent vectors spanning the null space of the integer matrix `M` (the
     monomials orthogonal to the null directions `N`), computed with the columns in
     `order`; `None` if one is not orthogonal to `N` (rounding in `M`)."""
-    import sympy as sp
-
     out = []
-    for b in sp.Matrix(M[:, order].tolist()).nullspace():
-        den = sp.ilcm(*[sp.fraction(x)[1] for x in b])
+    for b in rational_null_space(M[:, order]):
+        den = math.lcm(*(x.denominator for x in b))
         a = np.zeros(len(order), dtype=int)
         a[order] = [int(x * den) for x in b]
         a = a // np.gcd.reduce(np.abs(a[a != 0]))

@@ -200,10 +200,8 @@ def _value(x, const: bool = False):
             (f.name, _value(getattr(x, f.name, None), const)) for f in dataclasses.fields(x)
         )
         return ("dataclass", _class(type(x)), fields)
-    if type(x).__module__.split(".")[0] == "sympy":
-        import sympy
-
-        return ("sympy", sympy.srepr(x))
+    if type(x).__module__.split(".")[0] == "sympy":  # (so sympy is imported already)
+        return ("sympy", sys.modules["sympy"].srepr(x))
     if _library(x) and hasattr(x, "__qualname__"):  # jnp.sin, a custom_jvp of a library
         return ("callable", x.__module__, x.__qualname__)
     raise _Unkeyable(type(x).__qualname__)
