@@ -137,6 +137,7 @@ from ._problem._sensitivity import (
     Sensitivity as Sensitivity,
     sensitivity as sensitivity,
     sensitivity_matrix as sensitivity_matrix,
+    SensitivityScale as SensitivityScale,
 )
 from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report

@@ -425,7 +425,6 @@ def test_monomials_read_as_products_where_they_can():
     assert texts == ("a/b",) and exps.tolist() == [[1, -1]]
 
 
-
 def test_rational_null_space_is_sympys():
     """The exact null space behind the monomials, against sympy's `nullspace` (the same
     basis, entry by entry) on integer matrices of every rank, wide and square."""

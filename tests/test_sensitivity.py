@@ -132,7 +132,14 @@ def test_relative_scale():
         np.asarray(sens.matrix) * np.asarray(theta)[None, :] / np.asarray(sens.outputs)[:, None]
     )
     np.testing.assert_allclose(np.asarray(rel.matrix), expected, rtol=1e-12)
-    assert rel.scale == "relative"
+    assert rel.scale == "relative" and rel.scale is ji.SensitivityScale.relative
+    # the option as an object: the same matrix; a misspelt one lists the options
+    same = ji.sensitivity(model, theta, scale=ji.SensitivityScale.relative)
+    np.testing.assert_array_equal(np.asarray(same.matrix), np.asarray(rel.matrix))
+    with pytest.raises(ValueError, match="'none', 'relative', 'noise', got 'relativ'"):
+        ji.sensitivity(model, theta, scale="relativ")
+    with pytest.raises(ValueError, match="a problem's"):
+        ji.sensitivity(model, theta, scale="noise")
 
 
 def test_relative_scale_zero_output_is_an_error():

@@ -13,7 +13,7 @@ from .._linalg._scaling import output_row_scale
 from .._linalg._selection import Selection
 from .._linalg._subset import check_matrix, select_columns
 from .._runtime._context import clean_errors
-from .._solve._sensitivity_result import Sensitivity
+from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 
 
 @clean_errors
@@ -76,7 +76,7 @@ def select_parameters(
         if names is None:
             names = S.names
         rank = with_accuracy(rank, S.accuracy)
-        if S.scale != "noise":  # rows already divided by their noise level
+        if S.scale != SensitivityScale.noise:  # rows already divided by their noise level
             row_scale = output_row_scale(S.outputs, S.n_outputs)
         S = S.matrix
     S = check_matrix(S)

@@ -17,7 +17,7 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
 from .._solve._forward import accuracy, forward_sensitivities
-from .._solve._sensitivity_result import Sensitivity
+from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state
 from ._base import Problem, unscale
@@ -329,8 +329,8 @@ def problem_sensitivity(
     (experiments stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the
     observable transformation and `theta` on the estimation scale. Its Gram matrix is
     the Fisher information (for normal noise); every selection and rank analysis of
-    jaxident takes it (`scale="noise"` marks it). A failed solve is an error, or with
-    `throw=False` a matrix of NaN with `ok = False`."""
+    jaxident takes it (`scale=ji.SensitivityScale.noise` marks it). A failed solve is an
+    error, or with `throw=False` a matrix of NaN with `ok = False`."""
     out = predict(problem, theta, jacobian=True, integrator=integrator, throw=throw)
     observed = np.asarray(problem.observed)
     J = np.asarray(out.jacobian)[observed]
@@ -348,7 +348,7 @@ def problem_sensitivity(
         times=jnp.arange(J.shape[0], dtype=float),
         names=problem.parameters.names,
         output_names=None,
-        scale="noise",
+        scale=SensitivityScale.noise,
         ok=jnp.asarray(bool(np.all(np.asarray(out.ok)))),
         accuracy=accuracy(problem.model, integrator, J.dtype),
     )

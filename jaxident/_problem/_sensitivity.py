@@ -14,7 +14,10 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from .._solve._forward import accuracy, forward_sensitivities
-from .._solve._sensitivity_result import Sensitivity as Sensitivity
+from .._solve._sensitivity_result import (
+    Sensitivity as Sensitivity,
+    SensitivityScale as SensitivityScale,
+)
 from .._solve._simulate import failure_message, raise_if_failed, solve_failure_point, status
 from ._base import Problem
 from ._predict import problem_sensitivity
@@ -70,7 +73,7 @@ def sensitivity(
     theta: ArrayLike | dict | Sequence | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
-    scale: str = "none",
+    scale: SensitivityScale | str = SensitivityScale.none,
     integrator: Integrator | None = None,
     throw: bool | None = None,
 ) -> Sensitivity:
@@ -89,8 +92,9 @@ def sensitivity(
     check_model(model)
     theta = check_theta(model, theta)
     times = check_times(model, times)
-    if scale not in ("none", "relative"):
-        raise ValueError(f"scale must be 'none' or 'relative', got {scale!r}.")
+    scale = SensitivityScale.of(scale, "scale")
+    if scale == SensitivityScale.noise:
+        raise ValueError("scale='noise' is a problem's: give a ji.Problem, which holds the noise.")
     if scale == "relative" and not isinstance(theta, jax.core.Tracer):
         zero = [model.parameters.names[i] for i in np.flatnonzero(np.asarray(theta) == 0)]
         if zero:
@@ -129,7 +133,7 @@ def sensitivity_matrix(
     theta: ArrayLike | dict | Sequence | None = None,
     times: ArrayLike | Sequence | None = None,
     *,
-    scale: str = "none",
+    scale: SensitivityScale | str = SensitivityScale.none,
     integrator: Integrator | None = None,
     throw: bool | None = None,
 ) -> Float[Array, "rows p"]:
@@ -146,8 +150,9 @@ def sensitivity_matrix(
     - `theta`: parameters in the model's order, a `{name: value}` dict, or `None` for the
       nominal values.
     - `times`: observation times (default `model.times`).
-    - `scale`: `"none"` for `dy/dtheta`; `"relative"` for `(theta_j / y_i) dy_i/dtheta_j`,
-      the scaled matrix `B_N` of Alberton et al. (2013), eq. (2).
+    - `scale`: `ji.SensitivityScale.none` (or `"none"`) for `dy/dtheta`;
+      `ji.SensitivityScale.relative` (or `"relative"`) for `(theta_j / y_i)
+      dy_i/dtheta_j`, the scaled matrix `B_N` of Alberton et al. (2013), eq. (2).
     - `integrator`: solver and tolerances (default: the model's).
     - `throw`: raise on a failed solve (default); inside `ji.sweep` failures become NaN
       matrices with a per-sample flag instead.

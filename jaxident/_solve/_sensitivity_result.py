@@ -5,6 +5,20 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from .._runtime._choice import Choice
+
+
+class SensitivityScale(Choice):
+    """What a sensitivity matrix's entries are: `none`, `dy_i/dtheta_j`; `relative`,
+    `(theta_j / y_i) dy_i/dtheta_j` (`dlog y / dlog theta`, the scaled matrix `B_N` of
+    Alberton et al. 2013, eq. 2); `noise`, a problem's (`ji.problem_sensitivity`): each
+    row divided by its datum's noise standard deviation, the parameters on their
+    estimation scales. The strings `"none"`, `"relative"` and `"noise"` work too."""
+
+    none = "none"
+    relative = "relative"
+    noise = "noise"
+
 
 class Sensitivity(eqx.Module):
     """A sensitivity matrix with its labels.
@@ -17,7 +31,8 @@ class Sensitivity(eqx.Module):
     - `times`: the observation times.
     - `names`: the parameter names (the columns).
     - `output_names`: the output names, or `None`.
-    - `scale`: `"none"` (dy/dtheta) or `"relative"` (dlog y / dlog theta).
+    - `scale`: a `ji.SensitivityScale`: `none` (dy/dtheta), `relative` (dlog y / dlog theta) or
+      `noise` (a problem's rows, weighted by their noise).
     - `ok`: `False` where the solve failed (only with `throw=False`; the matrix is NaN).
     - `accuracy`: the relative accuracy of the entries (`10 rtol` of the integrator, see
       `ji.Integrator`); the default rank rules ask for no more digits than this.
@@ -28,7 +43,9 @@ class Sensitivity(eqx.Module):
     times: Float[Array, " n"]
     names: tuple[str, ...] = eqx.field(static=True)
     output_names: tuple[str, ...] | None = eqx.field(static=True)
-    scale: str = eqx.field(static=True)
+    scale: SensitivityScale = eqx.field(
+        static=True, converter=lambda s: SensitivityScale.of(s, "scale")
+    )
     ok: Bool[Array, ""]
     accuracy: float | None = eqx.field(static=True, default=None)
 
