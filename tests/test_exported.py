@@ -90,8 +90,9 @@ def test_an_unknown_static_object_means_no_key():
 
 def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     """A kept kernel and a sweep are compiled with `compiler_options` (fusion emitters
-    off on a CPU: the E. coli sensitivity compiles in 14 s instead of 21-23 s); an XLA
-    that does not know an option gets none instead of failing."""
+    off on a CPU: the E. coli sensitivity compiles in 14 s instead of 21-23 s; a kernel
+    that answers once without LLVM's optimization passes besides); an XLA that does not
+    know an option gets none instead of failing."""
 
     @eqx.filter_jit
     def kernel(x, scale):
@@ -100,31 +101,51 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     x = jnp.linspace(0.0, 1.0, 7)
     exported, skeleton = _exported._export(kernel, (x, 2.0))
     if jax.default_backend() == "cpu":
-        assert _config.compiler_options("cpu") == {"xla_cpu_use_fusion_emitters": False}
-    np.testing.assert_allclose(_exported._Entry(exported, skeleton)([x]), kernel(x, 2.0),
-                               rtol=1e-15)  # fmt: skip
+        full = {"xla_cpu_use_fusion_emitters": False}
+        assert _config.compiler_options("cpu") == full
+        once = {**full, "xla_backend_optimization_level": 0}
+        assert _config.compiler_options("cpu", optimize=False) == once
+    for optimize in (True, False):
+        np.testing.assert_allclose(_exported._Entry(exported, skeleton, optimize)([x]),
+                                   kernel(x, 2.0), rtol=1e-15)  # fmt: skip
     # the options reach the compiler: an unknown one fails the compile, of a kept kernel
-    # and of a sweep's chunk
+    # (either kind) and of a sweep's chunk
     unknown = {"xla_no_such_option": False}
-    monkeypatch.setattr(_exported, "compiler_options", lambda platform: unknown)
-    monkeypatch.setattr(_sweep, "compiler_options", lambda platform: unknown)
-    with pytest.raises(Exception, match="xla_no_such_option"):
-        _exported._Entry(exported, skeleton)([x])
+    seen = []
+
+    def options(platform, optimize=True):
+        seen.append(optimize)
+        return unknown
+
+    monkeypatch.setattr(_exported, "compiler_options", options)
+    monkeypatch.setattr(_sweep, "compiler_options", options)
+    for optimize in (True, False):
+        with pytest.raises(Exception, match="xla_no_such_option"):
+            _exported._Entry(exported, skeleton, optimize)([x])
     with pytest.raises(Exception, match="xla_no_such_option"):
         ji.sweep(lambda th: jnp.sin(th) * 3.0, jnp.ones((4, 2)), progress=False)
+    assert seen == [True, False, True]  # a sweep is optimized fully
     monkeypatch.undo()
     # ... so only options this XLA knows are used
+    caches = (_config._cpu_options, _config._once_options)
     monkeypatch.setattr(_config, "_CPU_OPTIONS", unknown)
-    _config._cpu_options.cache_clear()
+    monkeypatch.setattr(_config, "_ONCE_OPTIONS", unknown)
+    for c in caches:
+        c.cache_clear()
     try:
         assert _config.compiler_options("cpu") is None
+        assert _config.compiler_options("cpu", optimize=False) is None
         monkeypatch.undo()
+        for c in caches:
+            c.cache_clear()
         monkeypatch.setenv("JAXIDENT_FUSION_EMITTERS", "1")  # XLA's default asked for
-        _config._cpu_options.cache_clear()
+        monkeypatch.setenv("JAXIDENT_OPTIMIZE", "1")  # every program optimized
         assert _config.compiler_options("cpu") is None
+        assert _config.compiler_options("cpu", optimize=False) is None
     finally:
         monkeypatch.undo()
-        _config._cpu_options.cache_clear()
+        for c in caches:
+            c.cache_clear()
 
 
 def test_pivoted_qr_is_kept_and_host_callbacks_never():

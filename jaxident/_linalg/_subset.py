@@ -195,6 +195,7 @@ def select_columns(
         bool(equilibrate),
         throw=throw,
         message=_selection_message,
+        optimize=False,  # one answer: compiled for compile time
     )
     if power:
         sel = eqx.tree_at(

@@ -243,8 +243,9 @@ def predict(
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
         out = call_kept(
-            _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode()
-        )
+            _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode(),
+            optimize=False,  # one answer: compiled for compile time
+        )  # fmt: skip
     if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
     ok = np.asarray(out.ok)
@@ -263,8 +264,9 @@ def predict(
         if jacobian:
             with callback_free(theta):
                 plain = call_kept(
-                    _predict, problem, theta, integrator, False, _PLAIN, on_error_mode()
-                )
+                    _predict, problem, theta, integrator, False, _PLAIN, on_error_mode(),
+                    optimize=False,
+                )  # fmt: skip
             if np.asarray(plain.ok)[~ok].all():
                 raise RuntimeError(
                     f"The simulation of {bad} succeeds, but its sensitivities fail: the "

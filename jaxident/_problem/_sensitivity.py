@@ -114,6 +114,7 @@ def sensitivity(
         scale,
         throw=resolve_throw(throw),
         message=lambda out: _sensitivity_message(model, scale, out),
+        optimize=False,  # one answer: compiled for compile time
     )
     return Sensitivity(
         matrix=S,
@@ -293,6 +294,7 @@ def ld_sensitivity(
         integrator,
         throw=resolve_throw(throw),
         message=lambda out: failure_message(model, out[-1]),
+        optimize=False,
     )
     return LSensitivity(
         Y=Y,

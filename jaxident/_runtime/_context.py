@@ -34,7 +34,7 @@ def is_traced(*trees) -> bool:
 DEFERRED = "deferred"
 
 
-def run_kernel(kernel, *args, throw: bool, message):
+def run_kernel(kernel, *args, throw: bool, message, optimize: bool = True):
     """`kernel(*args, throw)`, a compiled entry point, with its checks made on the host.
 
     With `throw` and concrete arguments the kernel is called with `throw=DEFERRED`: it
@@ -45,13 +45,14 @@ def run_kernel(kernel, *args, throw: bool, message):
     does not trace it either. `message(result)` then gives the error message of a
     failed call (or `None`), raised here as an `EquinoxRuntimeError`. Without `throw`,
     or under a caller's trace, the kernel runs as it is (its checks compiled in).
+    `optimize=False` for a kernel that answers once (`_config.compiler_options`).
 
     **Returns:** the kernel's result.
     """
     if not throw or is_traced(args):
         return kernel(*args, throw)
     with checks_as_nan():
-        out = call_kept(kernel, *args, DEFERRED)
+        out = call_kept(kernel, *args, DEFERRED, optimize=optimize)
     text = message(out)
     if text:
         raise eqx.EquinoxRuntimeError(text)
@@ -66,14 +67,15 @@ def callback_free(*args):
     return checks_as_nan()
 
 
-def call_kept(kernel, *args):
+def call_kept(kernel, *args, optimize: bool = True):
     """`kernel(*args)` for a kernel that reports failures in its result (no check of its
     own), inside `callback_free`: with concrete arguments through its kept copy
-    (`_exported.call`: compiled with the CPU options, lowered once for every process),
-    under a caller's trace as it is."""
+    (`_exported.call`: compiled with the CPU options, fully optimized unless
+    `optimize=False`; lowered once for every process), under a caller's trace as it
+    is."""
     if is_traced(args):
         return kernel(*args)
-    return _exported.call(kernel, *args)
+    return _exported.call(kernel, *args, optimize=optimize)
 
 
 @contextlib.contextmanager

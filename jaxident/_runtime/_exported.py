@@ -253,9 +253,10 @@ class _Slot:
         self.i = i
 
 
-def _compiled(exported):
+def _compiled(exported, optimize: bool):
     """The jitted call of `exported`, compiled with `compiler_options` for its platform."""
-    options = compiler_options(exported.platforms[0]) if len(exported.platforms) == 1 else None
+    one = len(exported.platforms) == 1
+    options = compiler_options(exported.platforms[0], optimize) if one else None
     return jax.jit(exported.call, compiler_options=options)
 
 
@@ -269,8 +270,8 @@ def _settled(a):
 
 
 class _Entry:
-    def __init__(self, exported, skeleton):
-        self.call = _compiled(exported)
+    def __init__(self, exported, skeleton, optimize: bool = True):
+        self.call = _compiled(exported, optimize)
         self.leaves, self.treedef = jax.tree.flatten(skeleton)
         self.slots = [(j, x.i) for j, x in enumerate(self.leaves) if isinstance(x, _Slot)]
 
@@ -337,10 +338,11 @@ def _load(folder: pathlib.Path, key: str):
         return None
 
 
-def call(kernel, *args):
+def call(kernel, *args, optimize: bool = True):
     """`kernel(*args)` (an `eqx.filter_jit` kernel, concrete arguments, no host
     callbacks inside), through a `jax.export`ed copy kept on disk beside the persistent
-    compilation cache; a plain call where there is no cache or no key."""
+    compilation cache, compiled with `compiler_options(platform, optimize)`; a plain
+    call where there is no cache or no key."""
     folder = _folder()
     if folder is None:
         return kernel(*args)
@@ -350,7 +352,7 @@ def call(kernel, *args):
     key = _key(kernel, args)
     if key is None:
         return kernel(*args)
-    entry = _MEMORY.get(key)
+    entry = _MEMORY.get((key, optimize))
     if entry is None:
         found = _load(folder, key)
         if found is None:
@@ -359,7 +361,7 @@ def call(kernel, *args):
             except Exception:  # something jax.export refuses: the kernel as it is
                 found = False
             _store(folder, key, found or None)
-        entry = _MEMORY[key] = _Entry(*found) if found else kernel
+        entry = _MEMORY[key, optimize] = _Entry(*found, optimize) if found else kernel
     if entry is kernel:
         return kernel(*args)
     return entry(jax.tree.leaves(eqx.filter(args, eqx.is_array)))
