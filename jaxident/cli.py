@@ -222,6 +222,7 @@ def _fit(args, problem, starts: int):
 
 def _analyze_problem(args, problem) -> int:
     import jaxident as ji
+    from jaxident._runtime._config import answering_once
 
     if args.samples:
         raise _UsageError(
@@ -241,14 +242,15 @@ def _analyze_problem(args, problem) -> int:
         )
     else:
         print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
-    rep = ji.analyze(
-        problem,
-        theta,
-        method=_method(args),
-        rank=_rank(args),
-        threshold=args.threshold,
-        integrator=_integrator(problem.model, args.solver_rtol),
-    )
+    with answering_once():  # this process ends with the answer: compile for it
+        rep = ji.analyze(
+            problem,
+            theta,
+            method=_method(args),
+            rank=_rank(args),
+            threshold=args.threshold,
+            integrator=_integrator(problem.model, args.solver_rtol),
+        )
     print(rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
     report["at"] = "best fit" if args.fit else "nominal"
@@ -320,6 +322,7 @@ def cmd_analyze(args) -> int:
     import numpy as np
 
     import jaxident as ji
+    from jaxident._runtime._config import answering_once
 
     # a fit estimates every parameter the PEtab file estimates, noise ones included
     model = load_target(args.model, estimate_noise=bool(args.fit))
@@ -344,20 +347,22 @@ def cmd_analyze(args) -> int:
         )
     integrator = _integrator(model, args.solver_rtol)
 
-    sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
+    with answering_once():  # this process ends with the answer: compile for it
+        sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
     sel = ji.select_parameters(sens, method=method, rank=rank, k=args.k)
     about = ji.models.available().get(args.model.lower(), model.description or args.model)
     print(f"{title}: {about}")
     print(f"S: {sens.matrix.shape[0]} rows (times x outputs), {p} parameters, scale={args.scale}")
     print(sel)
-    rep = ji.analyze(
-        model,
-        method=method,
-        rank=rank,
-        threshold=args.threshold,
-        integrator=integrator,
-        name=title,
-    )
+    with answering_once():
+        rep = ji.analyze(
+            model,
+            method=method,
+            rank=rank,
+            threshold=args.threshold,
+            integrator=integrator,
+            name=title,
+        )
     print()
     print(rep)
     report = {"model": args.model, "nominal": sel.to_dict(), "report": rep.to_dict()}

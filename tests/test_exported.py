@@ -91,7 +91,7 @@ def test_an_unknown_static_object_means_no_key():
 def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     """A kept kernel and a sweep are compiled with `compiler_options` (fusion emitters
     off on a CPU: the E. coli sensitivity compiles in 14 s instead of 21-23 s; a kernel
-    that answers once without LLVM's optimization passes besides); an XLA that does not
+    (a column selection) without LLVM's optimization passes besides); an XLA that does not
     know an option gets none instead of failing."""
 
     @eqx.filter_jit
@@ -103,8 +103,8 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     if jax.default_backend() == "cpu":
         full = {"xla_cpu_use_fusion_emitters": False}
         assert _config.compiler_options("cpu") == full
-        once = {**full, "xla_backend_optimization_level": 0}
-        assert _config.compiler_options("cpu", optimize=False) == once
+        quick = {**full, "xla_backend_optimization_level": 0}
+        assert _config.compiler_options("cpu", optimize=False) == quick
     for optimize in (True, False):
         np.testing.assert_allclose(_exported._Entry(exported, skeleton, optimize)([x]),
                                    kernel(x, 2.0), rtol=1e-15)  # fmt: skip
@@ -127,9 +127,9 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     assert seen == [True, False, True]  # a sweep is optimized fully
     monkeypatch.undo()
     # ... so only options this XLA knows are used
-    caches = (_config._cpu_options, _config._once_options)
+    caches = (_config._cpu_options, _config._quick_options)
     monkeypatch.setattr(_config, "_CPU_OPTIONS", unknown)
-    monkeypatch.setattr(_config, "_ONCE_OPTIONS", unknown)
+    monkeypatch.setattr(_config, "_QUICK_OPTIONS", unknown)
     for c in caches:
         c.cache_clear()
     try:
@@ -146,6 +146,31 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
         monkeypatch.undo()
         for c in caches:
             c.cache_clear()
+
+
+def test_answering_once_compiles_the_solves_quickly(monkeypatch):
+    """Inside `answering_once` (the command line's analyze) a sensitivity or prediction
+    kernel is kept and compiled without LLVM's passes, outside with them; the
+    selection always without; the setting is restored on leaving (nested too)."""
+    seen = []
+    real = _exported.call
+
+    def call(kernel, *args, optimize=True):
+        seen.append(optimize)
+        return real(kernel, *args, optimize=optimize)
+
+    monkeypatch.setattr(_exported, "call", call)
+    model = ji.models.load("sir")
+    with _config.answering_once():
+        with _config.answering_once():
+            assert not _config.solve_optimized()
+        assert not _config.solve_optimized()
+        quick = ji.sensitivity(model)
+    assert _config.solve_optimized()
+    full = ji.sensitivity(model)
+    ji.select_parameters(full)
+    np.testing.assert_allclose(np.asarray(quick.matrix), np.asarray(full.matrix), rtol=1e-12)
+    assert seen == [False, True, False]
 
 
 def test_pivoted_qr_is_kept_and_host_callbacks_never():

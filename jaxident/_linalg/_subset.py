@@ -195,7 +195,7 @@ def select_columns(
         bool(equilibrate),
         throw=throw,
         message=_selection_message,
-        optimize=False,  # one answer: compiled for compile time
+        optimize=False,  # compiled for compile time: the same run time (see _config)
     )
     if power:
         sel = eqx.tree_at(

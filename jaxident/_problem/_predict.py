@@ -15,6 +15,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._model._base import Integrator
 from .._model._checks import check_theta
+from .._runtime._config import solve_optimized
 from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
@@ -244,7 +245,7 @@ def predict(
     with callback_free(theta):
         out = call_kept(
             _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode(),
-            optimize=False,  # one answer: compiled for compile time
+            optimize=solve_optimized(),
         )  # fmt: skip
     if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
@@ -265,7 +266,7 @@ def predict(
             with callback_free(theta):
                 plain = call_kept(
                     _predict, problem, theta, integrator, False, _PLAIN, on_error_mode(),
-                    optimize=False,
+                    optimize=solve_optimized(),
                 )  # fmt: skip
             if np.asarray(plain.ok)[~ok].all():
                 raise RuntimeError(

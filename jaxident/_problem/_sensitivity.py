@@ -12,6 +12,7 @@ from .._linalg._misc import after, matmul
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times
 from .._model._nonsmooth import directions_matrix as directions_matrix
+from .._runtime._config import solve_optimized
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
@@ -114,7 +115,7 @@ def sensitivity(
         scale,
         throw=resolve_throw(throw),
         message=lambda out: _sensitivity_message(model, scale, out),
-        optimize=False,  # one answer: compiled for compile time
+        optimize=solve_optimized(),
     )
     return Sensitivity(
         matrix=S,
@@ -294,7 +295,6 @@ def ld_sensitivity(
         integrator,
         throw=resolve_throw(throw),
         message=lambda out: failure_message(model, out[-1]),
-        optimize=False,
     )
     return LSensitivity(
         Y=Y,

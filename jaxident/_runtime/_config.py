@@ -19,13 +19,12 @@
   are compiled without XLA's fusion emitters (`compiler_options`), where this XLA knows
   the option: 20-40% less compilation. Nothing process-wide is changed for that.
   `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's default (for a long CPU sweep of a large
-  model, whose run time it can shorten by 5-10%). The programs that answer once (a
-  sensitivity matrix, a prediction, a selection) are compiled without LLVM's
-  optimization passes besides (a third less compilation, a slower call); fits, sweeps
-  and L-SERC probes, which run their program many times, are optimized fully.
-  `JAXIDENT_OPTIMIZE=1` optimizes every program.
+  model, whose run time it can shorten by 5-10%). The column selections are compiled
+  without LLVM's optimization passes besides (half the compilation, the same run time);
+  `JAXIDENT_OPTIMIZE=1` optimizes them too.
 """
 
+import contextlib
 import functools
 import os
 
@@ -97,31 +96,56 @@ def _cpu_options() -> dict | None:
     return _CPU_OPTIONS
 
 
-# A program that answers once (a sensitivity matrix, a prediction, a selection) is
-# compiled without LLVM's optimization passes (XLA's backend optimization level 0):
-# Zheng's sensitivity kernel then compiles in 8.9 s instead of 11.2 s and runs in 46 ms
-# instead of 29 ms; the strong RRQR selection of 45 columns in 0.4 s instead of 1.2 s
-# at the same run time. Programs that run many times (fits, sweeps, L-SERC probes) keep
-# every pass. `JAXIDENT_OPTIMIZE=1` optimizes every program.
-_ONCE_OPTIONS = {"xla_backend_optimization_level": 0}
+# The column selections (strong RRQR and the others: short loops of small linear
+# algebra) are compiled without LLVM's optimization passes (XLA's backend optimization
+# level 0), at the same run time: Zheng's 45-column selection compiles in 1.3 s instead
+# of 2.7 s, E. coli's 121 columns in 1.4 s instead of 2.5 s. Not the solves: Zheng's
+# sensitivity would compile in 9.1 s instead of 11.2 s but run in 49 ms instead of 29,
+# E. coli's compile in 11.4 s instead of 13.6 s but run in 2.7 s instead of 1.2 (levels
+# 1 and 2 compile no faster than 3). `JAXIDENT_OPTIMIZE=1` optimizes every program.
+_QUICK_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 @functools.cache
-def _once_options() -> dict | None:
+def _quick_options() -> dict | None:
     base = _cpu_options() or {}
     if os.environ.get("JAXIDENT_OPTIMIZE", "") == "1":
         return base or None
     try:
-        options = {**base, **_ONCE_OPTIONS}
+        options = {**base, **_QUICK_OPTIONS}
         jax.jit(lambda x: x + 1, compiler_options=options).lower(1.0).compile()
     except Exception:  # an XLA without that option
         return base or None
     return options
 
 
+_ANSWERING_ONCE = [False]
+
+
+@contextlib.contextmanager
+def answering_once():
+    """Within it, the solves that answer once (a simulation, a sensitivity matrix, a
+    prediction; not a fit's or a sweep's) compile without LLVM's passes as well: for a
+    process that ends with its answer (`jaxident analyze`), where compiling them faster
+    (Zheng's sensitivity 9.1 s instead of 11.2 s) outweighs running them slower."""
+    before = _ANSWERING_ONCE[0]
+    _ANSWERING_ONCE[0] = True
+    try:
+        yield
+    finally:
+        _ANSWERING_ONCE[0] = before
+
+
+def solve_optimized() -> bool:
+    """Whether a solve that answers once is compiled with LLVM's passes (outside
+    `answering_once`)."""
+    return not _ANSWERING_ONCE[0]
+
+
 def compiler_options(platform: str, optimize: bool = True) -> dict | None:
     """The XLA options jaxident compiles its programs with on `platform` (`"cpu"`, ...):
-    `optimize=False` for a program that answers once (see `_ONCE_OPTIONS`)."""
+    `optimize=False` for a program whose run time LLVM's passes do not shorten (see
+    `_QUICK_OPTIONS`)."""
     if platform != "cpu":
         return None
-    return _cpu_options() if optimize else _once_options()
+    return _cpu_options() if optimize else _quick_options()

@@ -45,7 +45,8 @@ def run_kernel(kernel, *args, throw: bool, message, optimize: bool = True):
     does not trace it either. `message(result)` then gives the error message of a
     failed call (or `None`), raised here as an `EquinoxRuntimeError`. Without `throw`,
     or under a caller's trace, the kernel runs as it is (its checks compiled in).
-    `optimize=False` for a kernel that answers once (`_config.compiler_options`).
+    `optimize=False` for a kernel that LLVM's passes do not speed up
+    (`_config.compiler_options`).
 
     **Returns:** the kernel's result.
     """

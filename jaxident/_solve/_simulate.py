@@ -600,6 +600,5 @@ def simulate(
         integrator,
         throw=resolve_throw(throw),
         message=lambda out: failure_message(model, out[1]),
-        optimize=False,  # one answer: compiled for compile time
     )
     return traj
