@@ -322,7 +322,7 @@ class Problem(eqx.Module):
         experiment = Experiment(np.asarray(times, dtype=float), data, sigma)
         return cls(model, experiment, name=name or type(model).__name__)
 
-    def as_model(self, what: str) -> "ModelView":
+    def as_model(self, what: str = "Problem.as_model") -> "ModelView":
         """This problem as a model with data, for the analyses written for one model
         (`what` names the analysis in errors): its one experiment's times, data
         (`None` for a design study) and standard deviations, and the model with the
