@@ -83,17 +83,21 @@ _enable_cache()
 _CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
+def _known(options: dict) -> bool:
+    """Whether this XLA knows `options` (compiled once, on a trivial program)."""
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=options).lower(1.0).compile()
+    except Exception:  # an XLA without that option
+        return False
+    return True
+
+
 @functools.cache
 def _cpu_options() -> dict | None:
-    """`_CPU_OPTIONS` if this XLA knows them (checked once, on a trivial program), unless
-    `JAXIDENT_FUSION_EMITTERS=1`."""
+    """`_CPU_OPTIONS` if this XLA knows them, unless `JAXIDENT_FUSION_EMITTERS=1`."""
     if os.environ.get("JAXIDENT_FUSION_EMITTERS", "") == "1":
         return None
-    try:
-        jax.jit(lambda x: x + 1, compiler_options=_CPU_OPTIONS).lower(1.0).compile()
-    except Exception:  # an XLA without that option
-        return None
-    return _CPU_OPTIONS
+    return _CPU_OPTIONS if _known(_CPU_OPTIONS) else None
 
 
 # The column selections (strong RRQR and the others: short loops of small linear
@@ -108,13 +112,11 @@ _QUICK_OPTIONS = {"xla_backend_optimization_level": 0}
 
 @functools.cache
 def _quick_options() -> dict | None:
+    """`_cpu_options()` with `_QUICK_OPTIONS` where this XLA knows them, unless
+    `JAXIDENT_OPTIMIZE=1`."""
     base = _cpu_options() or {}
-    if os.environ.get("JAXIDENT_OPTIMIZE", "") == "1":
-        return base or None
-    try:
-        options = {**base, **_QUICK_OPTIONS}
-        jax.jit(lambda x: x + 1, compiler_options=options).lower(1.0).compile()
-    except Exception:  # an XLA without that option
+    options = {**base, **_QUICK_OPTIONS}
+    if os.environ.get("JAXIDENT_OPTIMIZE", "") == "1" or not _known(options):
         return base or None
     return options
 
