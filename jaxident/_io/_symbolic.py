@@ -61,13 +61,58 @@ def _mul(a, b):
     return lax.mul(a, b) if _is_jax(a, b) else a * b
 
 
+def _negate(a):
+    return lax.neg(a) if _is_jax(a) else -a
+
+
 def _power(base: Array, exponent: sp.Expr, env) -> Array:
+    n = _small_integer(exponent)
+    if n is None:
+        return jnp.power(base, evaluate(exponent, env))
+    if not _is_jax(base):
+        return float(base) ** n if n >= 0 or base != 0 else math.inf
+    if n < 0:
+        return lax.div(1.0, _integer_power(base, -n))
+    return _integer_power(base, n)
+
+
+def _small_integer(exponent: sp.Expr) -> int | None:
     if exponent.is_number and float(exponent).is_integer() and abs(float(exponent)) <= 64:
-        n = int(float(exponent))
-        if not _is_jax(base):
-            return float(base) ** n if n >= 0 or base != 0 else math.inf
-        return lax.integer_pow(base, n) if n >= 0 else lax.div(1.0, lax.integer_pow(base, -n))
-    return jnp.power(base, evaluate(exponent, env))
+        return int(float(exponent))
+    return None
+
+
+def _integer_power(base: Array, n: int) -> Array:
+    return base if n == 1 else lax.integer_pow(base, n)
+
+
+def _reciprocal(power: sp.Pow, n: int, env) -> ArrayLike:
+    """`1 / base**n` for `power = base**-n`, computed once per evaluation environment
+    (a model divides every rate law by its compartment's size: one division, and one
+    derivative of it, not one per rate)."""
+    key = ("1/", power)
+    if key in env:
+        return env[key]
+    out = _power(evaluate(power.args[0], env), sp.Integer(-n), env)
+    if isinstance(env, dict):
+        env[key] = out
+    return out
+
+
+def _product(factors: Sequence[sp.Expr], env) -> tuple[ArrayLike, bool]:
+    """The product of `factors`, with a coefficient of -1 returned as a sign (`True`:
+    negate) for the caller to subtract, a coefficient of 1 dropped and each reciprocal
+    computed once (`_reciprocal`): a rate law `-1.0*k*x/V` costs two multiplications
+    and a subtraction, not six operations."""
+    out, negate = None, False
+    for f in factors:
+        if f.is_Number and abs(float(f)) == 1.0:
+            negate ^= float(f) < 0
+            continue
+        n = _small_integer(f.args[1]) if isinstance(f, sp.Pow) else None
+        v = _reciprocal(f, -n, env) if n is not None and n < 0 else evaluate(f, env)
+        out = v if out is None else _mul(out, v)
+    return (1.0 if out is None else out), negate
 
 
 def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
@@ -92,15 +137,19 @@ def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
         return float(expr)
     args = expr.args
     if isinstance(expr, sp.Add):
-        out = evaluate(args[0], env)
-        for a in args[1:]:
-            out = _add(out, evaluate(a, env))
+        out = None
+        for a in args:
+            v, negate = _product(a.args, env) if isinstance(a, sp.Mul) else (evaluate(a, env), False)
+            if out is None:
+                out = _negate(v) if negate else v
+            elif negate:
+                out = lax.sub(out, v) if _is_jax(out, v) else out - v
+            else:
+                out = _add(out, v)
         return out
     if isinstance(expr, sp.Mul):
-        out = evaluate(args[0], env)
-        for a in args[1:]:
-            out = _mul(out, evaluate(a, env))
-        return out
+        v, negate = _product(args, env)
+        return _negate(v) if negate else v
     if isinstance(expr, sp.Pow):
         return _power(evaluate(args[0], env), args[1], env)
     if isinstance(expr, sp.log) and len(args) == 2:
