@@ -1,7 +1,7 @@
 """SBML and PEtab formulas as JAX operations: values against SymPy's own evaluation at
 30 digits, under `jit` and `vmap`, and the operations they cost (a rate law's
-coefficient of -1 is a subtraction, a compartment's reciprocal is computed once, a
-reaction's flux once for all the rates it enters)."""
+coefficient of 1 is dropped, a compartment's reciprocal is computed once, a reaction's
+flux once for all the rates it enters)."""
 
 import jax
 import jax.numpy as jnp
@@ -55,12 +55,12 @@ def _count(fn, *args) -> int:
 
 
 def test_rate_law_operations():
-    """`-1.0*a*k1/V + 1.0*b*k2/V`: one reciprocal, four products, a negation and a sum
-    (written as SymPy holds it, the coefficients and each `V**-1` cost five more)."""
+    """`-1.0*a*k1/V + 1.0*b*k2/V`: one reciprocal, five products and a sum (written as
+    SymPy holds it, the coefficient 1 and each `V**-1` cost five more)."""
     expr = _EXPRESSIONS[0]
     env = lambda v: dict(zip(["a", "b", "k1", "k2", "V"], jnp.unstack(v)))
     v = jnp.asarray([0.7, 1.3, 0.37, 4.2, 1.9])
-    assert _count(lambda v: evaluate(expr, env(v)), v) == 7
+    assert _count(lambda v: evaluate(expr, env(v)), v) == 8  # (and the arguments' unstack)
 
 
 def test_rates_share_their_fluxes():

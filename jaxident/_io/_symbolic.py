@@ -61,10 +61,6 @@ def _mul(a, b):
     return lax.mul(a, b) if _is_jax(a, b) else a * b
 
 
-def _negate(a):
-    return lax.neg(a) if _is_jax(a) else -a
-
-
 def _power(base: Array, exponent: sp.Expr, env) -> Array:
     n = _small_integer(exponent)
     if n is None:
@@ -99,20 +95,19 @@ def _reciprocal(power: sp.Pow, n: int, env) -> ArrayLike:
     return out
 
 
-def _product(factors: Sequence[sp.Expr], env) -> tuple[ArrayLike, bool]:
-    """The product of `factors`, with a coefficient of -1 returned as a sign (`True`:
-    negate) for the caller to subtract, a coefficient of 1 dropped and each reciprocal
-    computed once (`_reciprocal`): a rate law `-1.0*k*x/V` costs two multiplications
-    and a subtraction, not six operations."""
-    out, negate = None, False
+def _product(factors: Sequence[sp.Expr], env) -> ArrayLike:
+    """The product of `factors`, a coefficient of 1 dropped and each reciprocal computed
+    once (`_reciprocal`): a rate law `1.0*k*x/V` costs two multiplications, not five
+    operations. (A coefficient of -1 stays a multiplication: subtracting instead made
+    Schwen's vmapped sensitivity sweep 6% slower.)"""
+    out = None
     for f in factors:
-        if f.is_Number and abs(float(f)) == 1.0:
-            negate ^= float(f) < 0
+        if f.is_Number and float(f) == 1.0:
             continue
         n = _small_integer(f.args[1]) if isinstance(f, sp.Pow) else None
         v = _reciprocal(f, -n, env) if n is not None and n < 0 else evaluate(f, env)
         out = v if out is None else _mul(out, v)
-    return (1.0 if out is None else out), negate
+    return 1.0 if out is None else out
 
 
 def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
@@ -137,19 +132,12 @@ def evaluate(expr: sp.Basic, env: Mapping) -> ArrayLike:
         return float(expr)
     args = expr.args
     if isinstance(expr, sp.Add):
-        out = None
-        for a in args:
-            v, negate = _product(a.args, env) if isinstance(a, sp.Mul) else (evaluate(a, env), False)
-            if out is None:
-                out = _negate(v) if negate else v
-            elif negate:
-                out = lax.sub(out, v) if _is_jax(out, v) else out - v
-            else:
-                out = _add(out, v)
+        out = evaluate(args[0], env)
+        for a in args[1:]:
+            out = _add(out, evaluate(a, env))
         return out
     if isinstance(expr, sp.Mul):
-        v, negate = _product(args, env)
-        return _negate(v) if negate else v
+        return _product(args, env)
     if isinstance(expr, sp.Pow):
         return _power(evaluate(args[0], env), args[1], env)
     if isinstance(expr, sp.log) and len(args) == 2:
