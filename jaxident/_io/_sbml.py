@@ -270,8 +270,8 @@ def _of_state(names, state_ids, rules, exprs):
 
     The expressions share their common subexpressions (SymPy's `cse`, evaluated after
     the rules): a reaction's flux enters the rates of its reactants and its products,
-    and is computed once. On Zheng's 15 states this halves the right-hand side (316
-    operations to 176), and every copy of it the solvers and their derivatives make."""
+    and is computed once. Zheng's right-hand side (15 states) takes 244 operations instead
+    of 627, and so does every copy of it that the solvers and their derivatives make."""
     common, reduced = sp.cse(list(exprs), symbols=sp.numbered_symbols("__cse"), order="none")
 
     def fn(t, x, p):
