@@ -64,8 +64,8 @@ def test_rate_law_operations():
 
 
 def test_rates_share_their_fluxes():
-    """Two rates of one reaction network, sharing fluxes (`a k1 / V` enters the rates of
-    `a` and of `b`): `_of_state` computes each flux once and gives SymPy's values."""
+    """Three rates of one reaction network, sharing fluxes (`a k1 / V` enters the rates
+    of `a`, `b` and `c`): `_of_state` computes each flux once and gives SymPy's values."""
     names, states = ("k1", "k2", "V"), ("a", "b", "c")
     flux1, flux2 = a * k1 / V, b * c * k2 / V
     rates = (-1.0 * flux1 + 1.0 * flux2, 1.0 * flux1 - 1.0 * flux2, 1.0 * flux1 - 2.0 * flux2)
@@ -82,6 +82,11 @@ def test_rates_share_their_fluxes():
         np.testing.assert_allclose(row, [_exact(r, vals) for r in rates], rtol=20 * eps)
     # each rate on its own: 3 + 4 + 5 products and sums, plus reciprocals; shared: the
     # two fluxes (five products and a reciprocal) and one combination per rate
-    separate = sum(_count(lambda v, r=r: evaluate(r, dict(zip(names + states, jnp.unstack(v)))), jnp.concatenate([p, x])) for r in rates)  # fmt: skip
+    args = jnp.concatenate([p, x])
+
+    def alone(r):
+        return _count(lambda v: evaluate(r, dict(zip(names + states, jnp.unstack(v)))), args)
+
+    separate = sum(alone(r) for r in rates)
     shared = _count(lambda x: fn(0.0, x, p), x)
     assert shared < separate - 4, (shared, separate)
