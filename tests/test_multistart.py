@@ -104,6 +104,37 @@ def test_starts_far_off_scale_reach_the_optimum():
     np.testing.assert_allclose(10.0 ** np.asarray(fits.theta), np.tile(theta, (5, 1)), rtol=1e-5)
 
 
+def test_starts_side_by_side_are_the_fits_one_by_one():
+    """`batch=3` on five starts (two vmapped chunks, the last padded) against the fits one
+    after another (a CPU's default): lanes that need from a few to many steps step in
+    lockstep, yet each ends where its own fit ends, with its own steps and status."""
+    t, y = _decay_data()
+    model = Decay(parameters=ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 1e-14], [2.0, 10.0]))
+    problem = ji.Problem(
+        model, ji.Experiment(t, y[:, None], 0.01), scales={"k": "log10", "V": "log10"}
+    )
+    starts = np.array([[np.log10(0.5), v] for v in (-13.0, -8.0, -5.0, -4.0, np.log10(1.5))])
+    one = ji.estimate(problem, starts=starts, progress=False)
+    side = ji.estimate(problem, starts=starts, progress=False, batch=3)
+
+    def drawn(fits):  # each fit in the starts' order (equal costs may sort either way)
+        back = np.argsort(np.asarray(fits.order))
+        pick = (fits.theta, fits.nll, fits.steps, fits.result._value)
+        return [np.asarray(a)[back] for a in pick]
+
+    (th1, nll1, steps1, res1), (th3, nll3, steps3, res3) = drawn(one), drawn(side)
+    assert len(set(steps1.tolist())) > 1  # lanes of unequal length
+    np.testing.assert_array_equal(steps3, steps1)
+    np.testing.assert_array_equal(res3, res1)
+    np.testing.assert_allclose(nll3, nll1, rtol=1e-12)
+    np.testing.assert_allclose(th3, th1, rtol=1e-9)
+    for bad in (0, -2, True):
+        with pytest.raises(ValueError, match="batch must be a positive number"):
+            ji.estimate(problem, starts=starts, progress=False, batch=bad)
+    with pytest.raises(TypeError, match="batch: for fits from several starts"):
+        ji.estimate(model, y, t, batch=4)
+
+
 def test_gradient_and_fisher_against_finite_differences(tmp_path):
     """Estimated scales in the observable and the noise (`s0`, `s1`), a log-transformed
     observable, normal and Laplace noise: the gradient of the negative log-likelihood

@@ -256,6 +256,7 @@ def estimate(
     max_steps: int = 256,
     integrator: Integrator | None = None,
     throw: bool = True,
+    batch: int | None = None,
 ) -> "Estimate | MultiStart":
     """Least-squares estimation of the model's parameters from measured outputs
     (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24);
@@ -269,12 +270,14 @@ def estimate(
     gradient exact from the sensitivities). `starts`: `None` (one start at `theta0`,
     default nominal), a number of Latin-hypercube starts in the bounds on the
     estimation scale (drawn with `key`, default `jax.random.key(0)`), or an `(N, q)`
-    array of starts. The fits run one after another, each compiled once, with a
-    progress bar. Returns a `ji.MultiStart`: every fit sorted by negative
-    log-likelihood, the best first, with `n_at_best` (fits within 0.1 of the best) and
-    a waterfall plot (`.plot()`), each fit with its status; `throw` raises only when
-    every fit failed. Of the arguments below `theta0`, `max_steps` and `integrator`
-    apply.
+    array of starts. The fits run one after another, compiled once, with a progress
+    bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
+    slowest). A fit is a chain of small solves, latency-bound on a GPU: on an H100 a
+    Boehm start took 23 s against 1.4 s on eight CPU cores, so fit on the CPU. Returns
+    a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
+    with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
+    each fit with its status; `throw` raises only when every fit failed. Of the
+    arguments below `theta0`, `max_steps` and `integrator` apply.
 
     **A model** (the arguments below):
 
@@ -332,13 +335,15 @@ def estimate(
             problem = Problem.from_model(model, data, times, sigma)
         fits = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
                                 max_steps=max_steps, integrator=integrator,
-                                progress=progress)  # fmt: skip
+                                progress=progress, batch=batch)  # fmt: skip
         if throw and not np.isfinite(fits.best_nll):
             raise RuntimeError(
                 f"Estimation failed: the model could not be solved at any of the "
                 f"{fits.nll.shape[0]} starts (use throw=False to get the fits)."
             )
         return fits
+    if batch is not None:
+        raise TypeError("batch: for fits from several starts (give starts=...).")
     if data is None:
         raise TypeError("Give the data to estimate from.")
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)

@@ -195,6 +195,35 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     return s.theta, s.nll, s.steps, result, at_bound
 
 
+@eqx.filter_jit
+def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode):
+    """`_fit_problem` from every start in `thetas` side by side (one `vmap`): every lane
+    steps until the slowest ends, and computes a trial point and its sensitivities at
+    every step (an accepted point's `cond` becomes a select)."""
+
+    def one(theta0):
+        return _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
+
+    return jax.vmap(one)(thetas)
+
+
+def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float):
+    """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
+    kernel; as `fit_once`, each output with a leading axis of `B`."""
+    with callback_free():
+        out = call_kept(
+            _fit_problems,
+            problem,
+            jnp.asarray(thetas, float),
+            jnp.asarray(free, bool),
+            integrator,
+            jnp.asarray(max_steps),
+            jnp.asarray(rtol, float),
+            on_error_mode(),
+        )
+    return jax.tree.map(np.asarray, out)
+
+
 def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float):
     """One fit from the host, through the kept kernel (compiled once per problem and
     shapes): `(theta, nll, steps, result, at_bound)` as NumPy values."""
@@ -323,6 +352,20 @@ def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
     return pts
 
 
+def _batch_size(batch, n: int) -> int:
+    """Starts fitted side by side (one `vmap`): `batch`, default 1. Each fit's loop ends
+    when it converges, while vmapped fits step in lockstep with the slowest lane (whose
+    solves, from a random start in a stiff region, take thousands of steps) and compute
+    a trial point and sensitivities in every lane at every step. On an H100 (2026-11-26)
+    40 Boehm starts side by side took 0.79 s a step, 20 ms a start-step, where one start
+    alone took 17 ms a step: lockstep ate the GPU's width (benchmarks/README.md)."""
+    if batch is None:
+        return 1
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be a positive number of starts, got {batch!r}.")
+    return min(int(batch), n)
+
+
 def estimate_problem(
     problem: Problem,
     *,
@@ -334,6 +377,7 @@ def estimate_problem(
     tol: float = 0.1,
     integrator: Integrator | None = None,
     progress: bool = True,
+    batch: int | None = None,
 ) -> MultiStart:
     """Maximum-likelihood estimation of a problem's parameters (on their estimation
     scales, in their bounds) from one or many starts: see `ji.estimate`."""
@@ -343,16 +387,24 @@ def estimate_problem(
     integrator = problem.model.integrator if integrator is None else integrator
     if not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
-    # one start after another (each fit's loop ends when it converges; vmapped fits
-    # would step in lockstep and compute trial points and Jacobians in every lane)
+    size = _batch_size(batch, len(pts))
+    free = np.ones(pts.shape[1], bool)
     outs = []
-    bar = tqdm(pts, desc=f"fit {problem.name or 'problem'}", disable=not progress or len(pts) < 2)
-    for x in bar:
-        out = fit_once(problem, x, np.ones(x.shape, bool), integrator, max_steps, rtol)
-        outs.append(out)
-        best = min(float(o[1]) for o in outs)
-        bar.set_postfix(best=f"{best:.6g}")
-    theta, nll, steps, result, at_bound = jax.tree.map(lambda *xs: np.stack(xs), *outs)
+    bar = tqdm(total=len(pts), desc=f"fit {problem.name or 'problem'}",
+               disable=not progress or len(pts) < 2)  # fmt: skip
+    for i in range(0, len(pts), size):
+        chunk = pts[i : i + size]
+        if size == 1:
+            outs.append(jax.tree.map(lambda a: a[None], fit_once(
+                problem, chunk[0], free, integrator, max_steps, rtol)))  # fmt: skip
+        else:  # the last chunk padded with its last start: one compilation
+            padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
+            out = fit_batch(problem, padded, free, integrator, max_steps, rtol)
+            outs.append(jax.tree.map(lambda a, n=len(chunk): a[:n], out))
+        bar.update(len(chunk))
+        bar.set_postfix(best=f"{min(float(np.min(o[1])) for o in outs):.6g}")
+    bar.close()
+    theta, nll, steps, result, at_bound = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
     nll = np.where(np.isfinite(nll), nll, np.inf)
     order = np.argsort(nll, kind="stable")
     theta, nll, steps, result, at_bound = jax.tree.map(
