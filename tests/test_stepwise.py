@@ -378,14 +378,14 @@ def test_at_bound_in_the_coordinates_of_the_box():
     lower = np.array([1e-3, 1e-3, -1.0, -1.0, -np.inf])
     upper = np.array([1.0, 1.0, 1.0, 1.0, np.inf])
     theta = np.array([0.9999, 0.5, -0.9995, 0.9, 1e9])
-    ls = SimpleNamespace(bounded=True, lower=lower, upper=upper)
+    box = dict(bounded=True, lower=lower, upper=upper)
     names = ("a", "b", "c", "d", "e")
-    prob = SimpleNamespace(ls=ls, method=ji.Stepwise(reestimate=True), names=names)
+    prob = SimpleNamespace(**box, method=ji.Stepwise(reestimate=True), names=names)
     point = SimpleNamespace(theta=theta)
     # c: (-0.9995 + 1) / 2 = 2.5e-4 of the width from the lower bound
     assert at_bound(prob, point, [0, 1, 2, 3, 4]) == ("a", "c")
     assert at_bound(prob, point, [1, 3]) == ()  # only selected parameters are named
-    plain = SimpleNamespace(ls=ls, method=ji.Stepwise(), names=names)
+    plain = SimpleNamespace(**box, method=ji.Stepwise(), names=names)
     assert at_bound(plain, point, [0]) == ()
 
 

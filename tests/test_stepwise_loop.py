@@ -245,3 +245,87 @@ def test_resume_makes_the_unfinished_round_again(monkeypatch):
     done = ji.set_by_set(m, data, resume=part, **kw)
     assert done.selected == full.selected
     _same_history(done.history, full.history)
+
+
+class TwoRates(ji.ODEModel):
+    """`x' = -(k1 + k2) x`, `x(0) = 1`, `y = x / V`: one experiment determines `k1 + k2`
+    alone; one where `k2` is held at 0 determines `k1`."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k1", "k2", "V"], [0.4, 0.3, 1.0], [0.01, 0.01, 0.1], [2.0, 2.0, 10.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -(th.k1 + th.k2) * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def _two_rate_problem(scales=None, both=True):
+    t = np.linspace(0.5, 6.0, 12)
+    first = ji.Experiment(t, np.exp(-0.5 * t)[:, None], 0.01, name="both rates")
+    second = ji.Experiment(t, np.exp(-0.3 * t)[:, None], 0.01, condition={"k2": 0.0},
+                           name="k2 blocked")  # fmt: skip
+    return ji.Problem(TwoRates(), [first, second] if both else [first], scales=scales)
+
+
+def test_selection_on_several_experiments():
+    """`k1` and `k2` enter the first experiment only as their sum: alone it selects one
+    of them; with the second experiment (`k2` held at 0 there) both, re-estimated to the
+    values that made the noise-free data, with the relative standard deviations of the
+    closed form's Fisher matrix there. On log10 scales the selection, its statistics and
+    its estimate are the same (the Fisher matrix in log-parameters does not depend on
+    the scale the fit uses)."""
+    method = ji.Stepwise(reestimate=True, solver=ji.LevenbergMarquardt(rtol=1e-12))
+    cand = ("k1", "k2")
+    alone = ji.set_by_set(_two_rate_problem(both=False), candidates=cand, method=method,
+                          progress=False)  # fmt: skip
+    assert len(alone.selected) == 1
+    problem = _two_rate_problem()
+    assert not problem.is_one_model
+    res = ji.set_by_set(problem, candidates=cand, method=method, progress=False)
+    assert sorted(res.selected) == ["k1", "k2"]
+    np.testing.assert_allclose(res.theta, [0.3, 0.2, 1.0], rtol=1e-6)
+    assert res.cost < 1e-8 and res.cost0 > 1e3
+    t = np.linspace(0.5, 6.0, 12)
+    y1, y2 = np.exp(-0.5 * t), np.exp(-0.3 * t)
+    W = np.concatenate([np.stack([-t * y1 * 0.3, -t * y1 * 0.2], 1),  # d y / d log k
+                        np.stack([-t * y2 * 0.3, 0 * t], 1)]) / 0.01  # fmt: skip
+    rel = np.sqrt(np.diag(np.linalg.inv(W.T @ W)))
+    order = [cand.index(n) for n in res.selected]
+    np.testing.assert_allclose(res.relative_std, rel[order], rtol=1e-5)
+    logs = ji.set_by_set(_two_rate_problem({"k1": "log10", "k2": "log10", "V": "log10"}),
+                         candidates=cand, method=method, progress=False)  # fmt: skip
+    assert logs.selected == res.selected
+    np.testing.assert_allclose(logs.theta, res.theta, rtol=1e-6)
+    np.testing.assert_allclose(logs.relative_std, res.relative_std, rtol=1e-5)
+    one = ji.one_by_one(problem, candidates=cand, method=method, progress=False)
+    assert sorted(one.selected) == ["k1", "k2"]
+    with pytest.raises(TypeError, match="in its parameters' bounds"):
+        ji.set_by_set(problem, bounds=False, progress=False)
+
+
+def test_problem_selection_is_the_model_selection():
+    """A one-experiment problem on log10 scales (selected as a problem) against the same
+    problem on linear scales (selected as its model): the same ranking, the same Fisher
+    tests and relative standard deviations at the start."""
+    t = np.linspace(0.5, 6.0, 12)
+    rng = np.random.default_rng(0)
+    data = np.exp(-0.5 * t)[:, None] / 2.0 + 0.01 * rng.standard_normal((12, 1))
+    experiment = ji.Experiment(t, data, 0.01)
+    lin = ji.Problem(TwoRates(), experiment)
+    log = ji.Problem(TwoRates(), experiment, scales={n: "log10" for n in ("k1", "k2", "V")})
+    assert lin.is_one_model and not log.is_one_model
+    a = ji.set_by_set(lin, progress=False)
+    b = ji.set_by_set(log, progress=False)
+    assert a.selected == b.selected and len(a.selected) == 2
+    assert [h.success for h in a.history] == [h.success for h in b.history]
+    np.testing.assert_allclose(b.relative_std, a.relative_std, rtol=1e-6)
+    np.testing.assert_allclose(b.cost0, a.cost0, rtol=1e-9)
+    np.testing.assert_allclose(b.theta, a.theta, rtol=1e-12)

@@ -19,7 +19,7 @@ from .._problem._measurements import MeasurementError
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
 from ._stepwise_method import Procedure, Stepwise
-from ._stepwise_problem import StepwiseProblem
+from ._stepwise_problem import ProblemStepwise, StepwiseProblem
 from ._stepwise_result import (
     at_bound,
     Evaluation,
@@ -142,9 +142,15 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
 _DOC_ARGS = """
     **Arguments:**
 
-    - `model`: any jaxident model (ODE, DAE or `AlgebraicModel`); or a `ji.Problem` of
-      one experiment on linear scales (see `Problem.as_model`), which holds the data,
-      times and noise: give neither `data`, `times` nor `error` then.
+    - `model`: any jaxident model (ODE, DAE or `AlgebraicModel`); or a `ji.Problem`,
+      which holds the data, times and noise: give neither `data`, `times` nor `error`
+      then. A problem of one model with data (`Problem.is_one_model`) is that model's
+      selection. Any other (several experiments, log scales, observable
+      transformations, Laplace noise) is selected on all its experiments at once:
+      `theta0` on its estimation scales, re-estimated by `ji.estimate`'s bounded fit of
+      the problem in its bounds, with the noise held at its values; the result's
+      `theta` is on the linear scale, its cost `sum r^2` (`2 sum |r|` for Laplace
+      noise: -2 log L up to the noise's constant).
     - `data`: the measurements, `(n_times, n_outputs)` (or `(n_times,)`, or a
       `Trajectory`); NaN marks a missing observation (no weight in the fits and the
       Fisher matrices).
@@ -187,9 +193,16 @@ def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, 
             raise TypeError("A problem holds its data and times: give neither.")
         if repr(error) != repr(MeasurementError()):
             raise TypeError("A problem holds its noise (sigma): give no error model.")
-        view = model.as_model(f"ji.{procedure.name}")
-        if view.data is None:
+        if not bool(np.any(np.isfinite(np.asarray(model.data)) & np.asarray(model.observed))):
             raise ValueError(f"ji.{procedure.name} needs data: the problem has none.")
+        if not model.is_one_model:  # several experiments, log scales, ...
+            if bounds is not True:
+                raise TypeError("A problem is re-estimated in its parameters' bounds: "
+                                "give no bounds.")  # fmt: skip
+            problem = ProblemStepwise(model, theta0, candidates, method, integrator)
+            checkpoint = None if checkpoint is None else os.fspath(checkpoint)
+            return _run(problem, procedure, progress, checkpoint, resume)
+        view = model.as_model(f"ji.{procedure.name}")
         model, data, times, error = view.model, view.data, view.times, view.sigma
     elif data is None:
         raise TypeError("Give the data (or a ji.Problem, which holds them).")

@@ -6,30 +6,41 @@ candidate set, its re-estimation, and the Fisher test again at the re-estimate
 import hashlib
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 from jaxtyping import Array
 
 from .._fit._estimate import LeastSquares
+from .._fit._multistart import fit_once
 from .._fit._solvers import LevenbergMarquardt
+from .._model._checks import check_theta
+from .._problem._base import from_scale, to_scale, unscale
 from .._problem._measurements import MeasurementError
+from .._problem._predict import predict
+from .._problem._scale import Scale
 from .._problem._sensitivity import sensitivity
 from ._stepwise_method import Stepwise
 from ._stepwise_result import fisher_test, rank_and_scale, scaled_columns
 
 
 class Point(NamedTuple):
-    """The model at one parameter vector: weighted residuals and sensitivities (zero
-    rows where a datum is missing)."""
+    """The model at one parameter vector (linear scale): weighted residuals and
+    sensitivities (zero rows where a datum is missing), and the cost where it is not
+    the residuals' sum of squares (Laplace noise: `2 sum |r|`)."""
 
     theta: Array
     residual: np.ndarray
     S: Array
     ok: bool
+    value: float | None = None
 
     @property
     def cost(self) -> float:
-        return float(self.residual @ self.residual) if self.ok else np.inf
+        if not self.ok:
+            return np.inf
+        return float(self.residual @ self.residual) if self.value is None else self.value
 
 
 class Outcome(NamedTuple):
@@ -78,8 +89,14 @@ class StepwiseProblem:
         per_output = np.where(given, absolute, 0.0).sum(axis=0) / np.maximum(count, 1)
         per_output = np.where(per_output > 0, per_output, 1.0)
         self.row_mean = jnp.asarray(np.where(self.observed, np.tile(per_output, n_times), np.inf))
+        self.lower, self.upper, self.bounded = self.ls.lower, self.ls.upper, self.ls.bounded
+        self._candidates(candidates, params, ())
+        self._fingerprint(model, (self.data, self.sigma, self.ls.times, self.theta0,
+                                  self.ls.lower, self.ls.upper))  # fmt: skip
+
+    def _candidates(self, candidates, params, held: tuple[str, ...]):
         if candidates is None:
-            cand = tuple(range(params.p))
+            cand = tuple(i for i, n in enumerate(params.names) if n not in held)
         else:
             if isinstance(candidates, str):
                 candidates = (candidates,)
@@ -89,9 +106,10 @@ class StepwiseProblem:
         self.candidate_mask = np.zeros(params.p, bool)
         self.candidate_mask[list(cand)] = True
         self.candidates = tuple(self.names[i] for i in cand)
+
+    def _fingerprint(self, model, arrays):
         digest = hashlib.sha256()
-        for a in (self.data, self.sigma, self.ls.times, self.theta0, self.ls.lower,
-                  self.ls.upper, self.candidate_mask):  # fmt: skip
+        for a in (*arrays, self.candidate_mask):
             digest.update(np.ascontiguousarray(np.asarray(a)).tobytes())
         digest.update(repr((type(model).__name__, self.names)).encode())
         self.fingerprint = digest.hexdigest()[:16]
@@ -182,6 +200,120 @@ class StepwiseProblem:
             reason = f"Fisher matrix singular at the re-estimate (rank {k} < {size})"
             return Outcome(False, reason, point, k, size, rcond, new.cost, steps)
         return Outcome(True, note, new, k, size, rcond, new.cost, steps)
+
+
+class _Fit(NamedTuple):
+    """What `evaluate` reads of a problem's re-estimation."""
+
+    steps: int
+    ok: bool
+    stopped_at_max_steps: bool
+
+
+class ProblemStepwise(StepwiseProblem):
+    """The stepwise problem of a `ji.Problem` that is not one model with data: several
+    experiments (conditions, pre-equilibration, steady-state measurements), parameters
+    on log scales, observable transformations, Laplace noise. Its points come from
+    `ji.predict` (every experiment's weighted residuals and their Jacobian), and a
+    re-estimation is `ji.estimate`'s bounded fit of the problem with the parameters
+    outside the set held. Rows are every (experiment, time, output) with a datum;
+    `S = dr/dtheta * sigma(theta0)` on the linear scale, so that the Fisher matrix in
+    log-parameters is `(S diag|theta| / sigma(theta0))^T (...)` at any point; the
+    ranking's row scale is each output's mean |datum| over all experiments (1 for a
+    log-transformed output, whose residuals are already relative)."""
+
+    def __init__(self, problem, theta0, candidates, method, integrator):
+        if not isinstance(method, Stepwise):
+            raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
+        if any(problem.noise_outputs):
+            raise ValueError(
+                "A stepwise selection holds the noise at its values, and this problem "
+                "estimates noise parameters: load it without them (ji.petab.load(..., "
+                "estimate_noise=False)), after fitting them if need be."
+            )
+        self.problem, self.method, self.error = problem, method, MeasurementError()
+        self.integrator = problem.model.integrator if integrator is None else integrator
+        self.bounds_text = "the problem's bounds"
+        params = problem.parameters
+        self.names = params.names
+        self.scales = problem.scales
+        theta0 = np.asarray(check_theta(problem, theta0), float)
+        self.theta0 = jnp.asarray(from_scale(theta0, self.scales))
+        self.lower = jnp.asarray(from_scale(params.lower, self.scales))
+        self.upper = jnp.asarray(from_scale(params.upper, self.scales))
+        self.bounded = True
+        if not np.all((theta0 >= params.lower) & (theta0 <= params.upper)):
+            raise ValueError("theta0 lies outside the problem's bounds.")
+        observed = np.asarray(problem.observed)  # (e, n, m)
+        self.observed = observed.reshape(-1)
+        out = predict(problem, theta0, integrator=self.integrator, throw=False)
+        if not bool(np.all(np.asarray(out.ok))):
+            raise RuntimeError(
+                f"The problem {problem.name!r} could not be simulated at theta0 (a solve "
+                "failed): check theta0, the integrator's tolerances and max_steps."
+            )
+        self.sigma = jnp.asarray(np.where(self.observed, np.asarray(out.sigma).reshape(-1),
+                                          np.inf))  # fmt: skip
+        data = np.where(observed, np.asarray(problem.data), np.nan)
+        per_output = np.nanmean(np.abs(data), axis=(0, 1)) if observed.any() else None
+        logs = np.array([t != Scale.lin for t in problem.transforms])
+        per_output = np.where(logs | ~(per_output > 0), 1.0, per_output)
+        row = np.broadcast_to(per_output, observed.shape).reshape(-1)
+        self.row_mean = jnp.asarray(np.where(self.observed, row, np.inf))
+        self.data = jnp.asarray(np.where(self.observed, data.reshape(-1), 0.0))
+        laplace = np.array([d == "laplace" for d in problem.distributions])
+        self.laplace = np.broadcast_to(laplace, observed.shape).reshape(-1) & self.observed
+        self._candidates(candidates, params, ())
+        self._fingerprint(problem.model, (self.data, self.sigma, problem.times, self.theta0,
+                                          self.lower, self.upper))  # fmt: skip
+
+    def _point(self, theta_lin) -> Point:
+        """The point at `theta_lin`: one solve of every experiment with sensitivities."""
+        theta = jnp.asarray(to_scale(np.asarray(theta_lin), self.scales))
+        out = predict(self.problem, theta, jacobian=True, integrator=self.integrator,
+                      throw=False)  # fmt: skip
+        q = theta.shape[0]
+        r = np.where(self.observed, np.asarray(out.residuals).reshape(-1), 0.0)
+        J = jnp.asarray(out.jacobian).reshape(-1, q)  # dr / d theta on the estimation scale
+        dlin = jax.jvp(lambda t: unscale(t, self.scales), (theta,), (jnp.ones_like(theta),))[1]
+        sigma0 = jnp.where(jnp.isfinite(self.sigma), self.sigma, 0.0)
+        S = jnp.where(jnp.asarray(self.observed)[:, None], J / dlin * sigma0[:, None], 0.0)
+        ok = bool(np.all(np.asarray(out.ok))) and bool(jnp.all(jnp.isfinite(S)))
+        value = float(np.sum(np.where(self.laplace, 2.0 * np.abs(r), r**2)))
+        return Point(jnp.asarray(theta_lin, float), r, S, ok, value)
+
+    def start(self) -> Point:
+        point = self._point(self.theta0)
+        if not point.ok:
+            raise RuntimeError(
+                f"The sensitivities of {self.problem.name!r} could not be computed at "
+                "theta0 (a solve failed or gave NaN). Check theta0 and the integrator's "
+                "tolerances and max_steps."
+            )
+        return point
+
+    def at(self, theta) -> Point:
+        point = self._point(jnp.asarray(theta, float))
+        if not point.ok:
+            raise RuntimeError("The model could not be solved at the resumed run's estimate.")
+        return point
+
+    def reestimate(self, theta, mask, report=None):
+        """`ji.estimate`'s fit of the problem over the parameters in `mask`, the others
+        held at `theta`, with the stepwise method's `max_steps` (and the `rtol` of a
+        `ji.LevenbergMarquardt` solver: the relative decrease of the cost that ends it)."""
+        start = to_scale(np.asarray(theta), self.scales)
+        rtol = getattr(self.method.solver, "rtol", 1e-8)
+        theta_new, _, steps, result, _ = fit_once(
+            self.problem, start, np.asarray(mask, bool), self.integrator,
+            self.method.max_steps, rtol,
+        )  # fmt: skip
+        point = self._point(jnp.asarray(from_scale(theta_new, self.scales)))
+        capped = bool(result == optx.RESULTS.nonlinear_max_steps_reached)
+        done = bool(result == optx.RESULTS.successful)
+        if report is not None:
+            report(int(steps), point.cost)
+        return point, _Fit(int(steps), done, capped)
 
 
 # A re-estimation "reduces" the cost unless it ends above the start by more than this

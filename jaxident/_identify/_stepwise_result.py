@@ -190,10 +190,9 @@ def at_bound(problem, point, order, rel: float = 1e-3) -> tuple[str, ...]:
     """Names of the selected parameters within `rel` of their box's width from a bound,
     in the coordinates of the re-estimation's change of variables (logarithmic where
     both bounds are positive)."""
-    ls = problem.ls
-    if not (ls.bounded and problem.method.reestimate) or not order:
+    if not (problem.bounded and problem.method.reestimate) or not order:
         return ()
-    th, lo, up = (jnp.asarray(x, float) for x in (point.theta, ls.lower, ls.upper))
+    th, lo, up = (jnp.asarray(x, float) for x in (point.theta, problem.lower, problem.upper))
     near = np.asarray(near_bound(th, lo, up, True, rel))
     return tuple(problem.names[j] for j in order if near[j])
 

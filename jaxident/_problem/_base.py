@@ -322,17 +322,12 @@ class Problem(eqx.Module):
         experiment = Experiment(np.asarray(times, dtype=float), data, sigma)
         return cls(model, experiment, name=name or type(model).__name__)
 
-    def as_model(self, what: str = "Problem.as_model") -> "ModelView":
-        """This problem as a model with data, for the analyses written for one model
-        (`what` names the analysis in errors): its one experiment's times, data
-        (`None` for a design study) and standard deviations, and the model with the
-        problem's parameters (their nominal values and bounds; a parameter the
-        experiment's condition fixes is held at its value, `ji.fix_parameters`).
+    @property
+    def is_one_model(self) -> bool:
+        """Whether this problem is one model with data, as `as_model` takes it."""
+        return not self._not_one_model()
 
-        **Raises:** `ValueError` naming what the analysis cannot take: several
-        experiments, a steady-state measurement or pre-equilibration, a parameter or
-        observable not on the linear scale, Laplace noise, noise parameters, or a
-        problem parameter that is not exactly one model parameter."""
+    def _not_one_model(self) -> list[str]:
         refuse = []
         if self.n_experiments != 1:
             refuse.append(f"{self.n_experiments} experiments")
@@ -352,6 +347,20 @@ class Problem(eqx.Module):
         shared = [n for n, t in zip(self.parameters.names, takes) if t.size != 1]
         if shared:
             refuse.append(f"parameters that are not one model parameter each ({', '.join(shared)})")
+        return refuse
+
+    def as_model(self, what: str = "Problem.as_model") -> "ModelView":
+        """This problem as a model with data, for the analyses written for one model
+        (`what` names the analysis in errors): its one experiment's times, data
+        (`None` for a design study) and standard deviations, and the model with the
+        problem's parameters (their nominal values and bounds; a parameter the
+        experiment's condition fixes is held at its value, `ji.fix_parameters`).
+
+        **Raises:** `ValueError` naming what the analysis cannot take: several
+        experiments, a steady-state measurement or pre-equilibration, a parameter or
+        observable not on the linear scale, Laplace noise, noise parameters, or a
+        problem parameter that is not exactly one model parameter."""
+        refuse = self._not_one_model()
         if refuse:
             raise ValueError(
                 f"{what} analyses one model with data: a problem of one experiment whose "
@@ -359,6 +368,8 @@ class Problem(eqx.Module):
                 f"has {'; '.join(refuse)}. Use ji.analyze, ji.sensitivity, ji.estimate and "
                 "ji.profile, which take any problem."
             )
+        source = np.asarray(self.source[0])
+        takes = [np.flatnonzero(source == i) for i in range(self.parameters.p)]
         data = None if not bool(np.any(np.isfinite(np.asarray(self.data[0])))) else self.data[0]
         free = tuple(int(t[0]) for t in takes)
         model, params = self.model, self.linear
