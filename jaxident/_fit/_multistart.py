@@ -207,14 +207,12 @@ def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode
     return jax.vmap(one)(thetas)
 
 
-def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float):
-    """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
-    kernel; as `fit_once`, each output with a leading axis of `B`."""
+def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol):
     with callback_free():
         out = call_kept(
-            _fit_problems,
+            kernel,
             problem,
-            jnp.asarray(thetas, float),
+            jnp.asarray(theta, float),
             jnp.asarray(free, bool),
             integrator,
             jnp.asarray(max_steps),
@@ -227,18 +225,13 @@ def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float):
 def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float):
     """One fit from the host, through the kept kernel (compiled once per problem and
     shapes): `(theta, nll, steps, result, at_bound)` as NumPy values."""
-    with callback_free():
-        out = call_kept(
-            _fit_problem,
-            problem,
-            jnp.asarray(theta0, float),
-            jnp.asarray(free, bool),
-            integrator,
-            jnp.asarray(max_steps),
-            jnp.asarray(rtol, float),
-            on_error_mode(),
-        )
-    return jax.tree.map(np.asarray, out)
+    return _call_fit(_fit_problem, problem, theta0, free, integrator, max_steps, rtol)
+
+
+def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float):
+    """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
+    kernel; as `fit_once`, each output with a leading axis of `B`."""
+    return _call_fit(_fit_problems, problem, thetas, free, integrator, max_steps, rtol)
 
 
 class MultiStart(eqx.Module):
