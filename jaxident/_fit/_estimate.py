@@ -273,7 +273,8 @@ def estimate(
     array of starts. The fits run one after another, compiled once, with a progress
     bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
     slowest). A fit is a chain of small solves, latency-bound on a GPU: on an H100 a
-    Boehm start took 23 s against 1.4 s on eight CPU cores, so fit on the CPU. Returns
+    Boehm start took 23 s against 1.4 s on eight CPU cores, so fit on the CPU (a
+    process started with `JAX_PLATFORMS=cpu`, as that measurement was). Returns
     a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
     with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
     each fit with its status; `throw` raises only when every fit failed. Of the

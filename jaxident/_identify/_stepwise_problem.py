@@ -90,13 +90,13 @@ class StepwiseProblem:
         per_output = np.where(per_output > 0, per_output, 1.0)
         self.row_mean = jnp.asarray(np.where(self.observed, np.tile(per_output, n_times), np.inf))
         self.lower, self.upper, self.bounded = self.ls.lower, self.ls.upper, self.ls.bounded
-        self._candidates(candidates, params, ())
+        self._candidates(candidates, params)
         self._fingerprint(model, (self.data, self.sigma, self.ls.times, self.theta0,
                                   self.ls.lower, self.ls.upper))  # fmt: skip
 
-    def _candidates(self, candidates, params, held: tuple[str, ...]):
+    def _candidates(self, candidates, params):
         if candidates is None:
-            cand = tuple(i for i, n in enumerate(params.names) if n not in held)
+            cand = tuple(range(params.p))
         else:
             if isinstance(candidates, str):
                 candidates = (candidates,)
@@ -238,13 +238,16 @@ class ProblemStepwise(StepwiseProblem):
         self.names = params.names
         self.scales = problem.scales
         theta0 = np.asarray(check_theta(problem, theta0), float)
+        outside = [n for n, v, a, b in zip(self.names, theta0, params.lower, params.upper)
+                   if not a <= v <= b]  # fmt: skip
+        if outside:
+            raise ValueError(f"theta0 lies outside the problem's bounds for {outside}.")
         self.theta0 = jnp.asarray(from_scale(theta0, self.scales))
         self.lower = jnp.asarray(from_scale(params.lower, self.scales))
         self.upper = jnp.asarray(from_scale(params.upper, self.scales))
         self.bounded = True
-        if not np.all((theta0 >= params.lower) & (theta0 <= params.upper)):
-            raise ValueError("theta0 lies outside the problem's bounds.")
-        observed = np.asarray(problem.observed)  # (e, n, m)
+        # (e, n, m): a datum there (an experiment without data designs, it is not fitted)
+        observed = np.asarray(problem.observed) & np.isfinite(np.asarray(problem.data))
         self.observed = observed.reshape(-1)
         out = predict(problem, theta0, integrator=self.integrator, throw=False)
         if not bool(np.all(np.asarray(out.ok))):
@@ -254,16 +257,17 @@ class ProblemStepwise(StepwiseProblem):
             )
         self.sigma = jnp.asarray(np.where(self.observed, np.asarray(out.sigma).reshape(-1),
                                           np.inf))  # fmt: skip
-        data = np.where(observed, np.asarray(problem.data), np.nan)
-        per_output = np.nanmean(np.abs(data), axis=(0, 1)) if observed.any() else None
+        data = np.where(observed, np.asarray(problem.data), 0.0)
+        count = observed.sum(axis=(0, 1))
+        per_output = np.abs(data).sum(axis=(0, 1)) / np.maximum(count, 1)
         logs = np.array([t != Scale.lin for t in problem.transforms])
         per_output = np.where(logs | ~(per_output > 0), 1.0, per_output)
         row = np.broadcast_to(per_output, observed.shape).reshape(-1)
         self.row_mean = jnp.asarray(np.where(self.observed, row, np.inf))
-        self.data = jnp.asarray(np.where(self.observed, data.reshape(-1), 0.0))
+        self.data = jnp.asarray(data.reshape(-1))
         laplace = np.array([d == "laplace" for d in problem.distributions])
         self.laplace = np.broadcast_to(laplace, observed.shape).reshape(-1) & self.observed
-        self._candidates(candidates, params, ())
+        self._candidates(candidates, params)
         self._fingerprint(problem.model, (self.data, self.sigma, problem.times, self.theta0,
                                           self.lower, self.upper))  # fmt: skip
 
