@@ -246,7 +246,7 @@ class ProblemStepwise(StepwiseProblem):
         self.lower = jnp.asarray(from_scale(params.lower, self.scales))
         self.upper = jnp.asarray(from_scale(params.upper, self.scales))
         self.bounded = True
-        # (e, n, m): a datum there (an experiment without data designs, it is not fitted)
+        # (e, n, m), where there is a datum (an experiment without data is not fitted)
         observed = np.asarray(problem.observed) & np.isfinite(np.asarray(problem.data))
         self.observed = observed.reshape(-1)
         out = predict(problem, theta0, integrator=self.integrator, throw=False)
