@@ -183,7 +183,8 @@ class StepwiseProblem:
         new, est = self.reestimate(point.theta, mask, report)
         steps = int(est.steps)
         if not new.ok or not (bool(est.ok) or bool(est.stopped_at_max_steps)):
-            reason = "re-estimation failed: the model could not be solved near the estimate"
+            why = est.message if new.ok else "the model could not be solved near the estimate"
+            reason = f"re-estimation failed: {why}"
             return Outcome(False, reason, point, k, size, rcond, np.nan, steps)
         if new.cost > point.cost * (1 + COST_SLACK):
             reason = f"re-estimation did not reduce the cost ({point.cost:.6g} -> {new.cost:.6g})"
@@ -208,6 +209,7 @@ class _Fit(NamedTuple):
     steps: int
     ok: bool
     stopped_at_max_steps: bool
+    message: str
 
 
 class ProblemStepwise(StepwiseProblem):
@@ -315,9 +317,14 @@ class ProblemStepwise(StepwiseProblem):
         point = self._point(jnp.asarray(from_scale(theta_new, self.scales)))
         capped = bool(result == optx.RESULTS.nonlinear_max_steps_reached)
         done = bool(result == optx.RESULTS.successful)
+        message = (
+            "no step lowers the cost, yet the gradient does not vanish (stagnation)"
+            if bool(result == optx.RESULTS.stagnation)
+            else "the model could not be solved near the estimate"
+        )
         if report is not None:
             report(int(steps), point.cost)
-        return point, _Fit(int(steps), done, capped)
+        return point, _Fit(int(steps), done, capped, message)
 
 
 # A re-estimation "reduces" the cost unless it ends above the start by more than this
