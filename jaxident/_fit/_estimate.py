@@ -267,7 +267,9 @@ def estimate(
     parameters, Laplace noise and observable transformations included) is minimised over
     the parameters on their estimation scales, inside their bounds, by a bounded
     Levenberg-Marquardt with the Fisher information as its Hessian (Fisher scoring; the
-    gradient exact from the sensitivities). `starts`: `None` (one start at `theta0`,
+    gradient exact from the sensitivities), which, where it would stop, goes on with a
+    secant of the rest of the Hessian added (Dennis-Gay-Welsch, as NL2SOL) until it
+    stops again. `starts`: `None` (one start at `theta0`,
     default nominal), a number of Latin-hypercube starts in the bounds on the
     estimation scale (drawn with `key`, default `jax.random.key(0)`), or an `(N, q)`
     array of starts. The fits run one after another, compiled once, with a progress
