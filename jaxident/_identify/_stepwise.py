@@ -188,6 +188,9 @@ _DOC_ARGS = """
 
 def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, method,
               integrator, progress, checkpoint, resume):  # fmt: skip
+    if not isinstance(method, Stepwise):
+        raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
+    problem = None
     if isinstance(model, Problem):
         if data is not None or times is not None:
             raise TypeError("A problem holds its data and times: give neither.")
@@ -200,15 +203,15 @@ def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, 
                 raise TypeError("A problem is re-estimated in its parameters' bounds: "
                                 "give no bounds.")  # fmt: skip
             problem = ProblemStepwise(model, theta0, candidates, method, integrator)
-            checkpoint = None if checkpoint is None else os.fspath(checkpoint)
-            return _run(problem, procedure, progress, checkpoint, resume)
-        view = model.as_model(f"ji.{procedure.name}")
-        model, data, times, error = view.model, view.data, view.times, view.sigma
+        else:
+            view = model.as_model(f"ji.{procedure.name}")
+            model, data, times, error = view.model, view.data, view.times, view.sigma
     elif data is None:
         raise TypeError("Give the data (or a ji.Problem, which holds them).")
-    problem = StepwiseProblem(
-        model, data, times, theta0, error, candidates, bounds, method, integrator
-    )  # fmt: skip
+    if problem is None:
+        problem = StepwiseProblem(
+            model, data, times, theta0, error, candidates, bounds, method, integrator
+        )  # fmt: skip
     if checkpoint is not None:
         checkpoint = os.fspath(checkpoint)
     return _run(problem, procedure, progress, checkpoint, resume)

@@ -21,7 +21,6 @@ from .._problem._measurements import MeasurementError
 from .._problem._predict import predict
 from .._problem._scale import Scale
 from .._problem._sensitivity import sensitivity
-from ._stepwise_method import Stepwise
 from ._stepwise_result import fisher_test, rank_and_scale, scaled_columns
 
 
@@ -56,6 +55,17 @@ class Outcome(NamedTuple):
     steps: int = 0
 
 
+def _output_scale(data, observed):
+    """Each output's mean |datum| over its observed entries (the last axis is the
+    output), the row scale of the ranking (Alberton et al. eq. 2); 1 for an output
+    whose data are all zero or missing."""
+    m = observed.shape[-1]
+    count = observed.reshape(-1, m).sum(axis=0)
+    total = np.where(observed, np.abs(data), 0.0).reshape(-1, m).sum(axis=0)
+    per_output = total / np.maximum(count, 1)
+    return np.where(per_output > 0, per_output, 1.0)
+
+
 class StepwiseProblem:
     """Everything a stepwise procedure needs, checked once; the loop itself is plain
     Python (its control flow depends on the outcomes) around compiled kernels: the
@@ -63,8 +73,6 @@ class StepwiseProblem:
     re-estimation (one compilation for every candidate set: the set is a mask)."""
 
     def __init__(self, model, data, times, theta0, error, candidates, bounds, method, integrator):
-        if not isinstance(method, Stepwise):
-            raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
         if not isinstance(error, (MeasurementError, np.ndarray)):  # (ndarray: a problem's)
             raise TypeError(
                 f"error must be a ji.MeasurementError(relative, absolute), got {error!r}."
@@ -82,12 +90,8 @@ class StepwiseProblem:
         # a missing datum (NaN) has sigma = inf: no weight in the fit and the Fisher test
         self.observed = np.isfinite(np.asarray(self.sigma))
         n_times = self.ls.times.shape[0]
-        n_out = self.data.size // n_times
-        given = self.observed.reshape(n_times, n_out)
-        absolute = np.abs(np.asarray(self.data)).reshape(n_times, n_out)
-        count = given.sum(axis=0)
-        per_output = np.where(given, absolute, 0.0).sum(axis=0) / np.maximum(count, 1)
-        per_output = np.where(per_output > 0, per_output, 1.0)
+        given = self.observed.reshape(n_times, -1)
+        per_output = _output_scale(np.asarray(self.data).reshape(given.shape), given)
         self.row_mean = jnp.asarray(np.where(self.observed, np.tile(per_output, n_times), np.inf))
         self.lower, self.upper, self.bounded = self.ls.lower, self.ls.upper, self.ls.bounded
         self._candidates(candidates, params)
@@ -225,8 +229,6 @@ class ProblemStepwise(StepwiseProblem):
     log-transformed output, whose residuals are already relative)."""
 
     def __init__(self, problem, theta0, candidates, method, integrator):
-        if not isinstance(method, Stepwise):
-            raise TypeError(f"method must be a ji.Stepwise(...) configuration, got {method!r}.")
         if any(problem.noise_outputs):
             raise ValueError(
                 "A stepwise selection holds the noise at its values, and this problem "
@@ -251,19 +253,13 @@ class ProblemStepwise(StepwiseProblem):
         # (e, n, m), where there is a datum (an experiment without data is not fitted)
         observed = np.asarray(problem.observed) & np.isfinite(np.asarray(problem.data))
         self.observed = observed.reshape(-1)
-        out = predict(problem, theta0, integrator=self.integrator, throw=False)
-        if not bool(np.all(np.asarray(out.ok))):
-            raise RuntimeError(
-                f"The problem {problem.name!r} could not be simulated at theta0 (a solve "
-                "failed): check theta0, the integrator's tolerances and max_steps."
-            )
+        # one solve at theta0 gives the noise there and the first point
+        out = predict(problem, theta0, jacobian=True, integrator=self.integrator, throw=False)
         self.sigma = jnp.asarray(np.where(self.observed, np.asarray(out.sigma).reshape(-1),
                                           np.inf))  # fmt: skip
         data = np.where(observed, np.asarray(problem.data), 0.0)
-        count = observed.sum(axis=(0, 1))
-        per_output = np.abs(data).sum(axis=(0, 1)) / np.maximum(count, 1)
         logs = np.array([t != Scale.lin for t in problem.transforms])
-        per_output = np.where(logs | ~(per_output > 0), 1.0, per_output)
+        per_output = np.where(logs, 1.0, _output_scale(data, observed))
         row = np.broadcast_to(per_output, observed.shape).reshape(-1)
         self.row_mean = jnp.asarray(np.where(self.observed, row, np.inf))
         self.data = jnp.asarray(data.reshape(-1))
@@ -272,12 +268,21 @@ class ProblemStepwise(StepwiseProblem):
         self._candidates(candidates, params)
         self._fingerprint(problem.model, (self.data, self.sigma, problem.times, self.theta0,
                                           self.lower, self.upper))  # fmt: skip
+        self.first = self._point(self.theta0, out)
+        if not self.first.ok:
+            raise RuntimeError(
+                f"The sensitivities of {problem.name!r} could not be computed at theta0 (a "
+                "solve failed or gave NaN). Check theta0 and the integrator's tolerances "
+                "and max_steps."
+            )
 
-    def _point(self, theta_lin) -> Point:
-        """The point at `theta_lin`: one solve of every experiment with sensitivities."""
+    def _point(self, theta_lin, out=None) -> Point:
+        """The point at `theta_lin`: one solve of every experiment with sensitivities
+        (`out`, where it is made already)."""
         theta = jnp.asarray(to_scale(np.asarray(theta_lin), self.scales))
-        out = predict(self.problem, theta, jacobian=True, integrator=self.integrator,
-                      throw=False)  # fmt: skip
+        if out is None:
+            out = predict(self.problem, theta, jacobian=True, integrator=self.integrator,
+                          throw=False)  # fmt: skip
         q = theta.shape[0]
         r = np.where(self.observed, np.asarray(out.residuals).reshape(-1), 0.0)
         J = jnp.asarray(out.jacobian).reshape(-1, q)  # dr / d theta on the estimation scale
@@ -289,14 +294,7 @@ class ProblemStepwise(StepwiseProblem):
         return Point(jnp.asarray(theta_lin, float), r, S, ok, value)
 
     def start(self) -> Point:
-        point = self._point(self.theta0)
-        if not point.ok:
-            raise RuntimeError(
-                f"The sensitivities of {self.problem.name!r} could not be computed at "
-                "theta0 (a solve failed or gave NaN). Check theta0 and the integrator's "
-                "tolerances and max_steps."
-            )
-        return point
+        return self.first
 
     def at(self, theta) -> Point:
         point = self._point(jnp.asarray(theta, float))

@@ -365,8 +365,8 @@ class Problem(eqx.Module):
             raise ValueError(
                 f"{what} analyses one model with data: a problem of one experiment whose "
                 "outputs are the model's, on linear scales with normal noise. This problem "
-                f"has {'; '.join(refuse)}. Use ji.analyze, ji.sensitivity, ji.estimate and "
-                "ji.profile, which take any problem."
+                f"has {'; '.join(refuse)}. Use ji.analyze, ji.sensitivity, ji.estimate, "
+                "ji.profile, ji.set_by_set and ji.one_by_one, which take any problem."
             )
         source = np.asarray(self.source[0])
         takes = [np.flatnonzero(source == i) for i in range(self.parameters.p)]
