@@ -1,7 +1,9 @@
 """Small user-style models used by several tests."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 import jaxident as ji
@@ -75,3 +77,33 @@ class Robertson(ji.ODEModel):
 
     def output(self, t, y, theta):
         return jnp.stack([y[0], y[2]])
+
+
+class TwoRates(ji.ODEModel):
+    """`x' = -(k1 + k2) x`, `x(0) = 1`, `y = x / V`: one experiment determines `k1 + k2`
+    alone; one where `k2` is held at 0 determines `k1`."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k1", "k2", "V"], [0.4, 0.3, 1.0], [0.01, 0.01, 0.1], [2.0, 2.0, 10.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -(th.k1 + th.k2) * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def two_rate_problem(scales=None, both=True):
+    """`TwoRates` measured in two experiments (noise-free data of `k1 + k2 = 0.5`, and
+    of `k1 = 0.3` with `k2` blocked), or in the first alone."""
+    t = np.linspace(0.5, 6.0, 12)
+    first = ji.Experiment(t, np.exp(-0.5 * t)[:, None], 0.01, name="both rates")
+    second = ji.Experiment(t, np.exp(-0.3 * t)[:, None], 0.01, condition={"k2": 0.0},
+                           name="k2 blocked")  # fmt: skip
+    return ji.Problem(TwoRates(), [first, second] if both else [first], scales=scales)

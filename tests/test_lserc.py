@@ -1,9 +1,11 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg as sl
 from helpers import unordered_lapack_pairs
+from models_for_tests import two_rate_problem
 
 import jaxident as ji
 import jaxident.linalg as L
@@ -186,16 +188,15 @@ def test_ivgtt_reduction_over_25_samples():
 
 
 def test_lserc_graph_orders_lapack_calls():
-    from jaxident._identify._lserc import _lserc_jit, probe_directions
+    from jaxident._identify._lserc import _lserc_jit, ModelOutputs, probe_directions
 
     m = ji.models.load("nonsmooth_dae_example")
     D, _ = probe_directions(4, ji.LSERC())
 
     def f(th):
         return _lserc_jit(
-            m,
+            ModelOutputs(m, m.times),
             th,
-            m.times,
             jnp.asarray(D),
             m.integrator,
             ji.LSERC(rank=ji.RelativeTolerance(1e-9)),
@@ -312,11 +313,77 @@ def test_a_problem_of_one_experiment_is_analysed_as_its_model():
     b = ji.lserc(fixed, theta[[0, 1, 3]], method=ji.LSERC(twin=0.0, singular=0.0))
     assert a.non_identifiable == b.non_identifiable
     np.testing.assert_array_equal(np.asarray(a.reference.rank), np.asarray(b.reference.rank))
-    two = ji.Problem(m, [ji.Experiment(m.times), ji.Experiment(m.times[:3])])
-    with pytest.raises(ValueError, match="2 experiments"):
-        ji.lserc(two)
-    logs = ji.Problem(m, ji.Experiment(m.times), scales={"theta2": "log10"})
-    with pytest.raises(ValueError, match=r"log scales \(theta2\)"):
-        ji.reduce_parameters(logs, samples)
     with pytest.raises(TypeError, match="holds its times"):
         ji.lserc(problem, times=m.times)
+
+
+def test_any_problem_is_analysed_through_its_outputs():
+    """`x' = -(k1 + k2) x`, `y = x / V`: measured once, the outputs' Jacobian has the
+    closed-form null vector `(1, -1, 0)`, so `k1` is non-identifiable with `k2` (rank
+    2); with a second experiment where `k2` is blocked all three are identifiable. On
+    log10 scales (a problem the single-model path refuses) the same decisions and
+    singular values as on linear ones (analysed as the model). Reduction fixes `k1` on
+    its log10 scale, and the reduced problem predicts what the full one does there."""
+    lin = two_rate_problem(both=False)
+    scales = {n: "log10" for n in ("k1", "k2", "V")}
+    logs = two_rate_problem(scales, both=False)
+    assert lin.is_one_model and not logs.is_one_model
+    method = ji.LSERC(twin=0.0)
+    a, b = ji.lserc(lin, method=method), ji.lserc(logs, method=method)
+    assert a.non_identifiable == b.non_identifiable == ("k1",)
+    assert a.pairwise == b.pairwise == {"k1": ("k2",)}
+    assert a.confirmed == b.confirmed == ("k1",)
+    assert np.asarray(b.reference.rank).tolist() == [2] * 6
+    np.testing.assert_allclose(
+        np.asarray(b.reference.singular_values), np.asarray(a.reference.singular_values),
+        rtol=1e-10, atol=1e-12 * float(np.max(a.reference.singular_values)),
+    )  # fmt: skip
+    # the closed form's Jacobian in (k1, k2, V) at the nominal values
+    t = np.linspace(0.5, 6.0, 12)
+    y = np.exp(-0.7 * t)
+    J = np.stack([-t * y, -t * y, -y], axis=1)
+    v = np.linalg.svd(J)[2][-1]
+    np.testing.assert_allclose(np.abs(v), [2**-0.5, 2**-0.5, 0.0], atol=1e-12)
+    both = ji.lserc(two_rate_problem(scales), method=method)
+    assert both.non_identifiable == () and both.identifiable_at_theta
+    red = ji.reduce_parameters(logs, key=jax.random.key(0), n=6, method=method, progress=False)
+    assert red.non_identifiable == ("k1",) and red.reduced_model is None
+    assert red.counts.tolist() == [6, 0, 0]
+    fixed = red.fixed["k1"]  # the samples' mean, on the log10 scale
+    np.testing.assert_allclose(fixed, np.mean(red.samples[:, 0]), rtol=1e-12)
+    assert -2.0 <= fixed <= np.log10(2.0)
+    assert f"k1 = {fixed:.6g} (log10)" in repr(red)
+    reduced = red.reduced_problem
+    assert reduced.parameters.names == ("k2", "V")
+    theta = jnp.asarray([np.log10(0.25), 0.1])
+    full = ji.predict(logs, jnp.asarray([fixed, *theta]))
+    np.testing.assert_allclose(ji.predict(reduced, theta).outputs, full.outputs, rtol=1e-12)
+    with pytest.raises(TypeError, match="holds its times"):
+        ji.lserc(logs, times=t)
+
+
+class NoisyDecay(ji.ODEModel):
+    """`x' = -k x` measured as `x` with the noise standard deviation `sd` (an output)."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "sd"], [0.5, 0.1])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 3.0, 6))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return jnp.stack([x[0], th.sd])
+
+
+def test_a_problem_that_estimates_noise_is_refused():
+    """The noise parameters enter no output: L-SERC would call them non-identifiable."""
+    noisy = ji.Problem(NoisyDecay(), ji.Experiment(np.linspace(0.5, 3.0, 6)),
+                       noise_outputs=True)  # fmt: skip
+    with pytest.raises(ValueError, match="estimates noise parameters"):
+        ji.lserc(noisy)
+    with pytest.raises(ValueError, match="estimates noise parameters"):
+        ji.reduce_parameters(noisy, noisy.parameters.nominal[None])

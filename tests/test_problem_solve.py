@@ -246,3 +246,45 @@ def test_pre_equilibrated_and_plain_experiments_mix():
     for i in range(2):
         one = ji.predict(problem, thetas[i], jacobian=True).jacobian
         np.testing.assert_allclose(np.asarray(batched[i]), np.asarray(one), rtol=1e-10, atol=1e-14)
+
+
+def test_fixing_parameters_of_a_problem():
+    """`Problem.fix` holds parameters at values on their estimation scales: the fixed
+    problem predicts the same outputs, and its Jacobian is the full one's remaining
+    columns, through a pre-equilibration (`k_pre`) and a condition (`x0` enters the
+    plain experiment only); each experiment's columns lose the fixed ones. The rest is
+    estimated from the full problem's outputs back to the values that made them."""
+    t = np.linspace(0.5, 4.0, 8)
+    experiments = [
+        ji.Experiment(t, sigma=0.1, preequilibration={"k_in": "k_pre"}, name="pre"),
+        ji.Experiment(t[:5], sigma=0.2, condition={"k_in": 2.0 * 1.3}, name="plain"),
+    ]
+    params = ji.Parameters(["k_in", "k_out", "x0", "s", "k_pre"], [1.3, 0.4, 0.2, 1.5, 0.6],
+                           [0.1] * 5, [10.0] * 5)  # fmt: skip
+    problem = ji.Problem(Inflow(), experiments, params, scales={n: "log" for n in params.names})
+    theta = jnp.asarray(problem.parameters.nominal) + jnp.asarray([0.1, -0.1, 0.2, 0.0, 0.3])
+    fixed = problem.fix({"k_pre": float(theta[4]), "x0": float(theta[2])})
+    assert fixed.parameters.names == ("k_in", "k_out", "s")
+    assert fixed.scales == ("log",) * 3
+    names = fixed.parameters.names
+    columns = [[names[j] for j in c] for c in fixed.columns]
+    assert columns == [["k_in", "k_out", "s"], ["k_out", "s"]]
+    keep = np.asarray([0, 1, 3])
+    full = ji.predict(problem, theta, jacobian=True)
+    part = ji.predict(fixed, theta[keep], jacobian=True)
+    np.testing.assert_allclose(np.asarray(part.outputs), np.asarray(full.outputs), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(part.jacobian), np.asarray(full.jacobian)[..., keep],
+                               rtol=1e-10, atol=1e-14)  # fmt: skip
+    data = [
+        ji.Experiment(t, np.asarray(full.outputs)[0], 0.1, preequilibration={"k_in": "k_pre"}),
+        ji.Experiment(t[:5], np.asarray(full.outputs)[1, :5], 0.2, condition={"k_in": 2.0 * 1.3}),
+    ]
+    noise_free = ji.Problem(Inflow(), data, params, scales={n: "log" for n in params.names})
+    fit = ji.estimate(noise_free.fix({"k_pre": float(theta[4]), "x0": float(theta[2])}))
+    np.testing.assert_allclose(fit.best, theta[keep], rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="k_pree"):
+        problem.fix({"k_pree": 0.0})
+    with pytest.raises(ValueError, match="Every parameter"):
+        problem.fix(dict(zip(problem.parameters.names, np.asarray(theta))))
+    with pytest.raises(ValueError, match="finite"):
+        problem.fix({"s": np.nan})

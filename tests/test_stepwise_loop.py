@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from models_for_tests import two_rate_problem, TwoRates
 
 import jaxident as ji
 from jaxident._fit._estimate import LeastSquares
@@ -247,34 +248,6 @@ def test_resume_makes_the_unfinished_round_again(monkeypatch):
     _same_history(done.history, full.history)
 
 
-class TwoRates(ji.ODEModel):
-    """`x' = -(k1 + k2) x`, `x(0) = 1`, `y = x / V`: one experiment determines `k1 + k2`
-    alone; one where `k2` is held at 0 determines `k1`."""
-
-    parameters: ji.Parameters = ji.Parameters(
-        ["k1", "k2", "V"], [0.4, 0.3, 1.0], [0.01, 0.01, 0.1], [2.0, 2.0, 10.0]
-    )
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -(th.k1 + th.k2) * x
-
-    def initial_state(self, th):
-        return jnp.ones(1)
-
-    def output(self, t, x, th):
-        return x[0] / th.V
-
-
-def _two_rate_problem(scales=None, both=True):
-    t = np.linspace(0.5, 6.0, 12)
-    first = ji.Experiment(t, np.exp(-0.5 * t)[:, None], 0.01, name="both rates")
-    second = ji.Experiment(t, np.exp(-0.3 * t)[:, None], 0.01, condition={"k2": 0.0},
-                           name="k2 blocked")  # fmt: skip
-    return ji.Problem(TwoRates(), [first, second] if both else [first], scales=scales)
-
-
 def test_selection_on_several_experiments():
     """`k1` and `k2` enter the first experiment only as their sum: alone it selects one
     of them; with the second experiment (`k2` held at 0 there) both, re-estimated to the
@@ -284,10 +257,10 @@ def test_selection_on_several_experiments():
     the scale the fit uses)."""
     method = ji.Stepwise(reestimate=True, solver=ji.LevenbergMarquardt(rtol=1e-12))
     cand = ("k1", "k2")
-    alone = ji.set_by_set(_two_rate_problem(both=False), candidates=cand, method=method,
+    alone = ji.set_by_set(two_rate_problem(both=False), candidates=cand, method=method,
                           progress=False)  # fmt: skip
     assert len(alone.selected) == 1
-    problem = _two_rate_problem()
+    problem = two_rate_problem()
     assert not problem.is_one_model
     res = ji.set_by_set(problem, candidates=cand, method=method, progress=False)
     assert sorted(res.selected) == ["k1", "k2"]
@@ -300,7 +273,7 @@ def test_selection_on_several_experiments():
     rel = np.sqrt(np.diag(np.linalg.inv(W.T @ W)))
     order = [cand.index(n) for n in res.selected]
     np.testing.assert_allclose(res.relative_std, rel[order], rtol=1e-5)
-    logs = ji.set_by_set(_two_rate_problem({"k1": "log10", "k2": "log10", "V": "log10"}),
+    logs = ji.set_by_set(two_rate_problem({"k1": "log10", "k2": "log10", "V": "log10"}),
                          candidates=cand, method=method, progress=False)  # fmt: skip
     assert logs.selected == res.selected
     np.testing.assert_allclose(logs.theta, res.theta, rtol=1e-6)

@@ -325,7 +325,7 @@ def estimate(
             raise TypeError(
                 f"{', '.join(ignored)}: for a model's least squares without starts; a "
                 "problem is fitted in its parameters' bounds, every parameter free (hold "
-                "one by ji.profile, or fix it in the problem)."
+                "one by ji.profile, or fix it: problem.fix({name: value}))."
             )
         if isinstance(model, Problem):
             if data is not None or times is not None:

@@ -17,7 +17,8 @@ from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarni
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
 from .._model._nonsmooth import directions_matrix, ld_jvp
-from .._problem._base import model_of, Problem
+from .._problem._base import model_of, Problem, rescale, unscale
+from .._problem._predict import _predict
 from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
@@ -50,8 +51,82 @@ class Probe(eqx.Module):
         return jnp.any(self.partners & self.ok[..., :, None, None], axis=-3)
 
 
+class ModelOutputs(eqx.Module):
+    """What L-SERC differentiates for a model: its outputs at `times`, flat, as
+    functions of its parameters; `status` is the solve's (for the failure message)."""
+
+    model: AbstractModel
+    times: Array
+
+    def __call__(self, theta, integrator):
+        solved = solve(self.model, theta, self.times, integrator, diffrax.ForwardMode())
+        return solved.ys.reshape(-1), (solved.ok, status(solved))
+
+    def linear(self, theta):
+        return theta
+
+    def raise_if_failed(self, x, st):
+        return raise_if_failed(self.model, x, st)
+
+    def message(self, st) -> str | None:
+        return failure_message(self.model, st)
+
+
+class ProblemOutputs(eqx.Module):
+    """What L-SERC differentiates for a problem: every experiment's outputs where they
+    were measured (the model's outputs, before any observable transformation), flat, as
+    functions of the problem's parameters on the linear scale (a diagonal change of
+    variables changes no rank at a nonzero point); `status` is `ok` per experiment."""
+
+    problem: Problem
+
+    def __call__(self, theta, integrator):
+        # (jvp-able: the plain solve differentiated in forward mode)
+        problem = self.problem
+        est = rescale(theta, problem.scales)
+        out = _predict(problem, est, integrator, False, diffrax.ForwardMode())
+        y = jnp.where(problem.observed, out.outputs, 0.0).reshape(-1)
+        return y, (jnp.all(out.ok), out.ok)
+
+    def linear(self, theta):
+        return unscale(theta, self.problem.scales)
+
+    def raise_if_failed(self, x, ok):
+        return eqx.error_if(
+            x, ~jnp.all(ok), "The model could not be solved in an experiment of the problem."
+        )
+
+    def message(self, ok) -> str | None:
+        failed = [n for n, k in zip(self.problem.experiment_names, np.asarray(ok)) if not k]
+        if not failed:
+            return None
+        return (
+            f"The model could not be solved in experiment(s) {', '.join(map(repr, failed))} "
+            "at theta: check theta and the integrator's tolerances and max_steps."
+        )
+
+
+def outputs_of(target, times, what: str):
+    """`(model, outputs, owner)`: L-SERC's outputs of a model (at `times`, default its
+    own), of a problem of one model with data (as that model), or of any other problem
+    (`ProblemOutputs`); `owner` is what the parameter vectors are given for (the model,
+    or the problem: its parameters on their estimation scales)."""
+    if isinstance(target, Problem) and not target.is_one_model:
+        if times is not None:
+            raise TypeError("A problem holds its times: give none.")
+        if any(target.noise_outputs):
+            raise ValueError(
+                f"{what} tests what the outputs determine; this problem estimates noise "
+                "parameters, which enter no output. Load it with the noise parameters "
+                "held (ji.petab.load(..., estimate_noise=False), the default)."
+            )
+        return target.model, ProblemOutputs(target), target
+    model, times = model_of(target, times, what)
+    return model, ModelOutputs(model, check_times(model, times)), model
+
+
 @eqx.filter_jit
-def _probe(model, theta, times, D, integrator, method: LSERC, on_error):
+def _probe(target, theta, D, integrator, method: LSERC, on_error):
     """The L-SERC matrices of every direction in `D` at `theta`, their null spaces and
     rref pivots, and per direction the step of singularity probing (stage S3) in the
     parameters' units. Jitted so that the singularity-probing levels reuse its trace (a
@@ -61,14 +136,11 @@ def _probe(model, theta, times, D, integrator, method: LSERC, on_error):
     Ms = jax.vmap(directions_matrix)(D)
 
     def one(M):
-        def f(th):
-            solved = solve(model, th, times, integrator, diffrax.ForwardMode())
-            return solved.ys.reshape(-1), solved
-
-        _, Y, solved = ld_jvp(f, (theta,), (M,), has_aux=True)
+        f = lambda th: target(th, integrator)  # noqa: E731
+        _, Y, (solved_ok, st) = ld_jvp(f, (theta,), (M,), has_aux=True)
         L = Y[:, 1:]
-        ok = solved.ok & jnp.all(jnp.isfinite(L))
-        return jnp.where(ok, L, 0.0), ok, solved
+        ok = solved_ok & jnp.all(jnp.isfinite(L))
+        return jnp.where(ok, L, 0.0), ok, st
 
     L, ok, solved = jax.vmap(one)(Ms)
     ns = jax.vmap(null_space, in_axes=(0, None, None))(L, method.rank, method.equilibrate)
@@ -112,14 +184,14 @@ def _singularity_points(theta, null_sum, deficient, active, singular):
     return pts.reshape(-1, p), act.reshape(-1)
 
 
-def lserc_tree(model, theta, times, D, integrator, method: LSERC):
+def lserc_tree(target, theta, D, integrator, method: LSERC):
     """The probe at `theta` and, level by level (`method.q` levels), the probes at the
     singularity-probing points of every rank-deficient direction. The points of a level
     are probed one after another (`lax.map`; each point's directions vmapped), so that
     a point whose solves take many steps holds up no other, and the compiled size does
     not grow with the number of directions."""
     mode = on_error_mode()
-    probe, null_sum, solved = _probe(model, theta, times, D, integrator, method, mode)
+    probe, null_sum, solved = _probe(target, theta, D, integrator, method, mode)
     probes, active = [], []
     if method.singular > 0 and method.q > 0:
         p = theta.shape[0]
@@ -129,14 +201,14 @@ def lserc_tree(model, theta, times, D, integrator, method: LSERC):
         act = jnp.ones((1,), bool)
         for _ in range(method.q):
             thetas, act = _singularity_points(thetas, sums, deficient, act, method.singular)
-            level, sums, _ = _probe_points(model, thetas, act, times, D, integrator, method, mode)
+            level, sums, _ = _probe_points(target, thetas, act, D, integrator, method, mode)
             deficient = (level.rank < p) & level.ok
             probes.append(level)
             active.append(act)
     return probe, tuple(probes), tuple(active), solved
 
 
-def _probe_points(model, thetas, active, times, D, integrator, method, mode):
+def _probe_points(target, thetas, active, D, integrator, method, mode):
     """The probes at `thetas`, one point after another; an inactive point (its direction
     was not rank deficient) is probed at the first active one instead, and its result is
     discarded by the caller through `active`."""
@@ -144,7 +216,7 @@ def _probe_points(model, thetas, active, times, D, integrator, method, mode):
 
     def one(x):
         th, a = x
-        probe = lambda th: _probe(model, th, times, D, integrator, method, mode)  # noqa: E731
+        probe = lambda th: _probe(target, th, D, integrator, method, mode)  # noqa: E731
         skip = lambda th: jax.tree.map(jnp.zeros_like, jax.eval_shape(probe, th))  # noqa: E731
         return jax.lax.cond(a, probe, skip, th)
 
@@ -308,12 +380,12 @@ class LSERCResult(eqx.Module):
 
 
 @eqx.filter_jit
-def _lserc_jit(model, theta, times, D, integrator, method: LSERC, throw):
-    ref, probes, active, solved = lserc_tree(model, theta, times, D, integrator, method)
+def _lserc_jit(target, theta, D, integrator, method: LSERC, throw):
+    ref, probes, active, solved = lserc_tree(target, theta, D, integrator, method)
     ok0 = jax.tree.map(lambda x: x[0], solved)
     if throw is True:
-        ref = eqx.tree_at(lambda r: r.rank, ref, raise_if_failed(model, ref.rank, ok0))
-    return ref, tuple(probes), tuple(active), status(ok0)
+        ref = eqx.tree_at(lambda r: r.rank, ref, target.raise_if_failed(ref.rank, ok0))
+    return ref, tuple(probes), tuple(active), ok0
 
 
 def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
@@ -360,9 +432,13 @@ def lserc(
     `rref(V_r^T)` (eqs. 14-15, 22-23) are the locally non-identifiable parameters, each
     isolated or pairwise with the other nonzeros of its row.
 
-    **Arguments:** `model` (or a `ji.Problem` of one experiment on linear scales, see
-    `Problem.as_model`: its model, parameters and times), `theta` (default nominal),
-    `times` (default `model.times`),
+    **Arguments:** `model` (or a `ji.Problem`: one of one model with data is analysed
+    as that model, see `Problem.as_model`; any other, of several experiments, log
+    scales, steady states or pre-equilibration, through its measured outputs, every
+    experiment's stacked, as functions of its parameters; `theta` is then on the
+    estimation scales, and the probes' points on the linear scale; a problem that
+    estimates noise parameters is refused: they enter no output), `theta` (default
+    nominal), `times` (default `model.times`; a problem holds its own),
     `method` (a `ji.LSERC` with the probing directions, twin and singularity probing,
     rank rule and rref tolerance), `integrator`, `throw`.
 
@@ -377,28 +453,27 @@ def lserc(
     res.non_identifiable, res.pairwise   # ('theta2', 'theta3'), {'theta3': ('theta4',)}
     ```
     """
-    model, times = model_of(model, times, "ji.lserc")
+    model, outputs, owner = outputs_of(model, times, "ji.lserc")
     check_method(model, method)
-    theta = check_theta(model, theta)
-    times = check_times(model, times)
-    D, kinds = probe_directions(model.parameters.p, method)
+    params = owner.parameters
+    theta = outputs.linear(check_theta(owner, theta))
+    D, kinds = probe_directions(params.p, method)
     integrator = model.integrator if integrator is None else integrator
     method = at_accuracy(method, model, integrator, theta.dtype)
     rank = method.rank
     ref, probes, active, _ = run_kernel(
         _lserc_jit,
-        model,
+        outputs,
         theta,
-        times,
         jnp.asarray(D),
         integrator,
         method,
         throw=resolve_throw(throw),
-        message=lambda out: failure_message(model, out[3]),
+        message=lambda out: outputs.message(out[3]),
     )
-    _warn_near_threshold(rank, ref, model.parameters.p, kinds)
+    _warn_near_threshold(rank, ref, params.p, kinds)
     return LSERCResult(
-        names=model.parameters.names,
+        names=params.names,
         reference=ref,
         probes=probes,
         probes_active=active,

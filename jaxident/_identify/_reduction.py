@@ -10,14 +10,13 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .._model._base import AbstractModel, Integrator
-from .._model._checks import check_times
 from .._model._sampling import latin_hypercube
 from .._model._transforms import fix_parameters
-from .._problem._base import model_of, Problem
+from .._problem._base import Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
 from .._runtime._sweep import sweep
-from ._lserc import confirmed_mask, lserc_tree
+from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
 
@@ -35,8 +34,12 @@ class Reduction(eqx.Module):
     - `samples`: the parameter samples; `mask`: `(n, p)` per-sample non-identifiable
       masks; `ok`: per-sample success.
     - `fixed`: `{name: value}` for the non-locally non-identifiable parameters, at the
-      sample mean (or the chosen value).
-    - `reduced_model`: the model with those parameters fixed.
+      sample mean (or the chosen value); for a problem, on the estimation scales.
+    - `reduced_model`: the model with those parameters fixed (`None` for a problem).
+    - `reduced_problem`: for a problem, the problem with them fixed (`Problem.fix`),
+      for `ji.estimate` of the rest; else `None`.
+    - `scales`: for a problem, each parameter's estimation scale (that of the samples
+      and of `fixed`); else `None`.
 
     **Properties:** `non_identifiable` (judged non-identifiable in every successful
     sample: Theta_lni of the paper), `identifiable` (the rest, Theta_nli).
@@ -51,6 +54,8 @@ class Reduction(eqx.Module):
     ok: np.ndarray
     fixed: dict
     reduced_model: AbstractModel | None
+    reduced_problem: Problem | None = None
+    scales: tuple[str, ...] | None = eqx.field(static=True, default=None)
 
     @property
     def non_identifiable(self) -> tuple[str, ...]:
@@ -82,8 +87,13 @@ class Reduction(eqx.Module):
             lines.append(f"  {n:<{w}}  locally non-identifiable in {int(c):>4d} / {n_ok}")
         lines.append(f"  non-identifiable (fixed): {', '.join(self.non_identifiable) or '(none)'}")
         if self.fixed:
+            scale = dict(zip(self.names, self.scales or ()))
             lines.append(
-                "  fixed at: " + ", ".join(f"{k} = {v:.6g}" for k, v in self.fixed.items())
+                "  fixed at: "
+                + ", ".join(
+                    f"{k} = {v:.6g}" + (f" ({scale[k]})" if scale.get(k, "lin") != "lin" else "")
+                    for k, v in self.fixed.items()
+                )
             )
         lines.append(f"  identifiable (kept)     : {', '.join(self.identifiable)}")
         return "\n".join(lines)
@@ -94,8 +104,7 @@ class _ReductionSample(eqx.Module):
     closure, so that a second reduction with the same model structure and shapes reuses
     the compiled sweep (its arrays are arguments of the compiled chunk)."""
 
-    model: AbstractModel
-    times: Array
+    outputs: ModelOutputs | ProblemOutputs
     D: Array
     integrator: Integrator
     method: LSERC
@@ -104,9 +113,8 @@ class _ReductionSample(eqx.Module):
     def __call__(self, theta):
         # Without `confirmed`, the singularity probes would be computed for nothing.
         method = self.method if self.confirmed else eqx.tree_at(lambda m: m.q, self.method, 0)
-        ref, probes, active, _ = lserc_tree(
-            self.model, theta, self.times, self.D, self.integrator, method
-        )
+        theta = self.outputs.linear(theta)
+        ref, probes, active, _ = lserc_tree(self.outputs, theta, self.D, self.integrator, method)
         mask = confirmed_mask(ref, probes, active)  # (no probes without `confirmed`)
         return mask, jnp.all(ref.ok)
 
@@ -150,10 +158,12 @@ def reduce_parameters(
 
     **Arguments:**
 
-    - `model`: the model, or a `ji.Problem` of one experiment on linear scales (its
-      model, parameters and times; see `Problem.as_model`).
+    - `model`: the model, or a `ji.Problem` (as `ji.lserc` takes it: one of one model
+      with data as that model; any other through its measured outputs, its samples,
+      bounds and fixed values on the estimation scales, and the result's
+      `reduced_problem` the problem with the parameters fixed).
     - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
-      default the model's bounds) for Latin-hypercube samples.
+      default the bounds) for Latin-hypercube samples.
     - `fix_at`: `ji.FixAt.mean` (the sample mean of each fixed parameter, the paper's
       choice; the default), `ji.FixAt.nominal`, or a `{name: value}` dict; the names
       `"mean"` and `"nominal"` work too.
@@ -174,24 +184,24 @@ def reduce_parameters(
     red.non_identifiable, red.reduced_model.parameters.names
     ```
     """
-    model, times = model_of(model, times, "ji.reduce_parameters")
+    model, outputs, owner = outputs_of(model, times, "ji.reduce_parameters")
     check_method(model, method)
     if not isinstance(fix_at, dict):
         fix_at = FixAt.of(fix_at, "fix_at (or a {name: value} dict)")
-    p = model.parameters.p
+    params = owner.parameters
+    p = params.p
     if samples is None:
         if key is None:
             raise ValueError("Give samples, or a key for Latin-hypercube samples.")
-        samples = latin_hypercube(key, model.parameters if box is None else box, n)
+        samples = latin_hypercube(key, params if box is None else box, n)
     samples = jnp.asarray(samples, dtype=float)
     if samples.ndim != 2 or samples.shape[1] != p:
         raise ValueError(f"samples must have shape (n, {p}), got {samples.shape}.")
-    times = check_times(model, times)
     D, _ = probe_directions(p, method)
     D = jnp.asarray(D)
     integrator = model.integrator if integrator is None else integrator
     method = at_accuracy(method, model, integrator, samples.dtype)
-    one = _ReductionSample(model, times, D, integrator, method, bool(confirmed))
+    one = _ReductionSample(outputs, D, integrator, method, bool(confirmed))
     res = sweep(
         one,
         samples,
@@ -204,19 +214,19 @@ def reduce_parameters(
     mask = np.asarray(res.values[0], bool)
     ok = np.asarray(res.ok, bool)
     counts = mask[ok].sum(axis=0)
-    names = model.parameters.names
+    names = params.names
     n_ok = int(ok.sum())
     lni = [nm for nm, c in zip(names, counts) if n_ok > 0 and c == n_ok]
+    nominal = np.asarray(params.nominal)
     if isinstance(fix_at, dict):
         fixed = {k: float(v) for k, v in fix_at.items()}
     elif fix_at == FixAt.mean:
-        means = (
-            np.asarray(samples)[ok].mean(axis=0) if n_ok else np.asarray(model.parameters.nominal)
-        )
+        means = np.asarray(samples)[ok].mean(axis=0) if n_ok else nominal
         fixed = {nm: float(means[names.index(nm)]) for nm in lni}
     else:
-        fixed = {nm: float(model.parameters.nominal[names.index(nm)]) for nm in lni}
-    reduced = fix_parameters(model, fixed) if fixed and len(fixed) < p else None
+        fixed = {nm: float(nominal[names.index(nm)]) for nm in lni}
+    some = bool(fixed) and len(fixed) < p
+    problem = isinstance(owner, Problem)
     return Reduction(
         names=names,
         counts=counts,
@@ -226,5 +236,7 @@ def reduce_parameters(
         mask=mask,
         ok=ok,
         fixed=fixed,
-        reduced_model=reduced,
+        reduced_model=fix_parameters(model, fixed) if some and not problem else None,
+        reduced_problem=owner.fix(fixed) if some and problem else None,
+        scales=tuple(map(str, owner.scales)) if problem else None,
     )

@@ -12,6 +12,7 @@ parameters on their estimation scale: its Gram matrix is the Fisher information 
 problem.
 """
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -27,6 +28,13 @@ from .._model._parameters import Parameters
 from .._model._transforms import _reparameterize
 from ._measurements import MeasurementError
 from ._scale import as_scales, Scale
+
+
+def rescale(values: ArrayLike, scales: Sequence[str]) -> Array:
+    """Values on the linear scale on their estimation scales (`unscale`'s inverse)."""
+    values = jnp.asarray(values)
+    out = [Scale(s).forward(v, jnp) for v, s in zip(jnp.unstack(values), scales)]
+    return jnp.stack(out) if out else values
 
 
 def unscale(values: ArrayLike, scales: Sequence[str]) -> Array:
@@ -293,12 +301,8 @@ class Problem(eqx.Module):
         self.experiment_names = tuple(
             e.name or f"experiment {i}" for i, e in enumerate(experiments)
         )
-        pre_source = self.pre_source and tuple(
-            src if flag else () for src, flag in zip(self.pre_source, self.preequilibrated)
-        )
-        self.columns = _columns(
-            model, self.source, pre_source, np.stack(observed), self.noise_outputs
-        )
+        self.columns = _columns(model, self.source, self.pre_source, self.preequilibrated,
+                                np.stack(observed), self.noise_outputs)  # fmt: skip
         self.name = name
 
     @classmethod
@@ -321,6 +325,52 @@ class Problem(eqx.Module):
             raise ValueError(f"{type(model).__name__} has no default times: give times.")
         experiment = Experiment(np.asarray(times, dtype=float), data, sigma)
         return cls(model, experiment, name=name or type(model).__name__)
+
+    def fix(self, values: Mapping[str, float]) -> "Problem":
+        """This problem with the parameters in `values` (`{name: value}`, each on its
+        estimation scale, as every problem vector) held at those values: they leave
+        `parameters`, and every model parameter an experiment mapped to one of them
+        takes its value as a constant. What `ji.reduce_parameters` fixes (its `fixed`),
+        so that `ji.estimate` fits the rest."""
+        names = self.parameters.names
+        held = {self.parameters.index(k): float(v) for k, v in dict(values).items()}
+        if not all(math.isfinite(v) for v in held.values()):
+            raise ValueError(f"Fixed values must be finite, got {dict(values)}.")
+        keep = [i for i in range(len(names)) if i not in held]
+        if not keep:
+            raise ValueError("Every parameter of the problem would be fixed.")
+        index = np.full(len(names), -1)
+        index[keep] = np.arange(len(keep))
+        linear = {i: float(Scale(self.scales[i]).inverse(v)) for i, v in held.items()}
+
+        def remap(source, constant):
+            src, const = np.asarray(source), np.array(constant, dtype=float)
+            for i, v in linear.items():
+                const[src == i] = v
+            src = np.where(src >= 0, index[np.maximum(src, 0)], -1)
+            return tuple(map(tuple, src.tolist())), jnp.asarray(const)
+
+        def subset(params):
+            return Parameters(
+                [params.names[i] for i in keep],
+                *(np.asarray(a)[keep] for a in (params.nominal, params.lower, params.upper)),
+            )
+
+        source, constant = remap(self.source, self.constant)
+        pre_source, pre_constant = None, None
+        if self.pre_source is not None:
+            pre_source, pre_constant = remap(self.pre_source, self.pre_constant)
+        columns = _columns(self.model, source, pre_source, self.preequilibrated,
+                           np.asarray(self.observed), self.noise_outputs)  # fmt: skip
+        # the constructor's checks hold for the rest: the fields are replaced in a copy
+        out = copy.copy(self)
+        for k, v in dict(
+            parameters=subset(self.parameters), linear=subset(self.linear),
+            scales=tuple(self.scales[i] for i in keep), source=source, constant=constant,
+            pre_source=pre_source, pre_constant=pre_constant, columns=columns,
+        ).items():  # fmt: skip
+            object.__setattr__(out, k, v)
+        return out
 
     @property
     def is_one_model(self) -> bool:
@@ -365,8 +415,9 @@ class Problem(eqx.Module):
             raise ValueError(
                 f"{what} analyses one model with data: a problem of one experiment whose "
                 "outputs are the model's, on linear scales with normal noise. This problem "
-                f"has {'; '.join(refuse)}. Use ji.analyze, ji.sensitivity, ji.estimate, "
-                "ji.profile, ji.set_by_set and ji.one_by_one, which take any problem."
+                f"has {'; '.join(refuse)}. Every analysis (ji.sensitivity, ji.estimate, "
+                "ji.profile, ji.analyze, ji.set_by_set, ji.one_by_one, ji.lserc, "
+                "ji.reduce_parameters) takes any problem."
             )
         source = np.asarray(self.source[0])
         takes = [np.flatnonzero(source == i) for i in range(self.parameters.p)]
@@ -423,11 +474,14 @@ def model_of(target, times, what: str):
     return view.model, view.times
 
 
-def _columns(model, source, pre_source, observed, noise_outputs) -> tuple[tuple[int, ...], ...]:
+def _columns(model, source, pre_source, preequilibrated, observed, noise_outputs):
     """Per experiment, the problem parameters (indices) its measured outputs can depend
     on: those mapped to a model parameter of the solution's or of a measured output's
-    formula (`parameter_dependence`), or of the solution of its pre-equilibration.
-    Without a known dependence, every parameter mapped into the experiment."""
+    formula (`parameter_dependence`), or of the solution of its pre-equilibration (for
+    the experiments that have one). Without a known dependence, every parameter mapped
+    into the experiment."""
+    if pre_source is not None:
+        pre_source = tuple(src if f else () for src, f in zip(pre_source, preequilibrated))
     dep = model.parameter_dependence()
     names = model.parameters.names
     if dep is not None and len(dep.outputs) != n_outputs(model):
