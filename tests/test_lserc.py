@@ -1,4 +1,3 @@
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -362,27 +361,9 @@ def test_any_problem_is_analysed_through_its_outputs():
         ji.lserc(logs, times=t)
 
 
-class NoisyDecay(ji.ODEModel):
-    """`x' = -k x` measured as `x` with the noise standard deviation `sd` (an output)."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "sd"], [0.5, 0.1])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 3.0, 6))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1)
-
-    def output(self, t, x, th):
-        return jnp.stack([x[0], th.sd])
-
-
 def test_a_problem_that_estimates_noise_is_refused():
     """The noise parameters enter no output: L-SERC would call them non-identifiable."""
-    noisy = ji.Problem(NoisyDecay(), ji.Experiment(np.linspace(0.5, 3.0, 6)),
-                       noise_outputs=True)  # fmt: skip
+    noisy = ji.petab.load(ji.data.petab_problem("boehm"), estimate_noise=True)
     with pytest.raises(ValueError, match="estimates noise parameters"):
         ji.lserc(noisy)
     with pytest.raises(ValueError, match="estimates noise parameters"):
