@@ -17,7 +17,7 @@ from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarni
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
 from .._model._nonsmooth import directions_matrix, ld_jvp
-from .._problem._base import model_of, Problem, rescale, unscale
+from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import _predict
 from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
@@ -106,23 +106,29 @@ class ProblemOutputs(eqx.Module):
         )
 
 
-def outputs_of(target, times, what: str):
+def outputs_of(target, times, method, what: str):
     """`(model, outputs, owner)`: L-SERC's outputs of a model (at `times`, default its
-    own), of a problem of one model with data (as that model), or of any other problem
-    (`ProblemOutputs`); `owner` is what the parameter vectors are given for (the model,
-    or the problem: its parameters on their estimation scales)."""
-    if isinstance(target, Problem) and not target.is_one_model:
-        if times is not None:
-            raise TypeError("A problem holds its times: give none.")
-        if any(target.noise_outputs):
-            raise ValueError(
-                f"{what} tests what the outputs determine; this problem estimates noise "
-                "parameters, which enter no output. Load it with the noise parameters "
-                "held (ji.petab.load(..., estimate_noise=False), the default)."
-            )
-        return target.model, ProblemOutputs(target), target
-    model, times = model_of(target, times, what)
-    return model, ModelOutputs(model, check_times(model, times)), model
+    own), of a problem of one model with data (as that model, `Problem.as_model`), or of
+    any other problem (`ProblemOutputs`); `owner` is what the parameter vectors are given
+    for (the model, or the problem: its parameters on their estimation scales). The
+    model and `method` are checked first."""
+    if not isinstance(target, Problem):
+        check_method(target, method)
+        return target, ModelOutputs(target, check_times(target, times)), target
+    if times is not None:
+        raise TypeError("A problem holds its times: give none.")
+    if target.is_one_model:
+        view = target.as_model(what)
+        check_method(view.model, method)
+        return view.model, ModelOutputs(view.model, check_times(view.model, view.times)), view.model
+    check_method(target.model, method)
+    if any(target.noise_outputs):
+        raise ValueError(
+            f"{what} tests what the outputs determine; this problem estimates noise "
+            "parameters, which enter no output. Load it with the noise parameters "
+            "held (ji.petab.load(..., estimate_noise=False), the default)."
+        )
+    return target.model, ProblemOutputs(target), target
 
 
 @eqx.filter_jit
@@ -453,8 +459,7 @@ def lserc(
     res.non_identifiable, res.pairwise   # ('theta2', 'theta3'), {'theta3': ('theta4',)}
     ```
     """
-    model, outputs, owner = outputs_of(model, times, "ji.lserc")
-    check_method(model, method)
+    model, outputs, owner = outputs_of(model, times, method, "ji.lserc")
     params = owner.parameters
     theta = outputs.linear(check_theta(owner, theta))
     D, kinds = probe_directions(params.p, method)

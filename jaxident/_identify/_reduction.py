@@ -17,7 +17,7 @@ from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
 from .._runtime._sweep import sweep
 from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
-from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
+from ._lserc_method import at_accuracy, LSERC, probe_directions
 
 
 class Reduction(eqx.Module):
@@ -184,8 +184,7 @@ def reduce_parameters(
     red.non_identifiable, red.reduced_model.parameters.names
     ```
     """
-    model, outputs, owner = outputs_of(model, times, "ji.reduce_parameters")
-    check_method(model, method)
+    model, outputs, owner = outputs_of(model, times, method, "ji.reduce_parameters")
     if not isinstance(fix_at, dict):
         fix_at = FixAt.of(fix_at, "fix_at (or a {name: value} dict)")
     params = owner.parameters

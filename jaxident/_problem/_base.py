@@ -463,17 +463,6 @@ class ModelView(NamedTuple):
     sigma: np.ndarray
 
 
-def model_of(target, times, what: str):
-    """The model and times an analysis of one model runs on: a model and `times` as
-    given, or a one-experiment problem's (`Problem.as_model`; it holds its times)."""
-    if not isinstance(target, Problem):
-        return target, times
-    if times is not None:
-        raise TypeError("A problem holds its times: give none.")
-    view = target.as_model(what)
-    return view.model, view.times
-
-
 def _columns(model, source, pre_source, preequilibrated, observed, noise_outputs):
     """Per experiment, the problem parameters (indices) its measured outputs can depend
     on: those mapped to a model parameter of the solution's or of a measured output's
