@@ -13,6 +13,10 @@ with them (`--pickle-to DIR` there, `--problems-from DIR` here):
     python benchmarks/bench_device.py --pickle-to .gpu
     JAX_PLATFORMS=cpu taskset -c 8-15 python benchmarks/bench_device.py --problems-from .gpu
     taskset -c 0-7 python benchmarks/bench_device.py --problems-from .gpu
+
+The fits here run on the backend JAX finds, GPU included (`JAXIDENT_FIT_DEVICE=default`,
+set below unless the environment sets it): jaxident itself fits on the host's CPU on a
+GPU machine, because of what this script measured.
 """
 
 import argparse
@@ -23,6 +27,9 @@ import pickle
 import time
 
 from bench_petab import jaxident_rows, samples_for
+
+
+os.environ.setdefault("JAXIDENT_FIT_DEVICE", "default")  # read at each fit
 
 
 SWEEPS = {"boehm": 1000, "zheng": 1000, "fujita": 256, "schwen": 256}

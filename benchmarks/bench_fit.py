@@ -53,7 +53,8 @@ t0 = time.perf_counter()
 res = optimize.minimize(pp, optimizer, n_starts=starts.shape[0], progress_bar=False,
                         engine=pypesto.engine.SingleCoreEngine(), filename=None)
 wall = time.perf_counter() - t0
-fvals = [float(r.fval) for r in res.optimize_result.list]
+# in the starts' order (pyPESTO sorts its results by cost; each keeps its start's id)
+fvals = [float(r.fval) for r in sorted(res.optimize_result.list, key=lambda r: int(r.id))]
 # the objective at the nominal values: tools may differ by a constant (AMICI leaves out
 # the log-transformation's Jacobian term of the PEtab likelihood)
 at_nominal = float(pp.objective(nominal[pp.x_free_indices]))

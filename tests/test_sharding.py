@@ -1,4 +1,5 @@
-"""Sweeps split over devices (forced host devices) and over jax.distributed processes."""
+"""Sweeps split over devices (forced host devices) and over jax.distributed processes;
+fits on a device of their own (the host's CPU on a GPU machine)."""
 
 import os
 import pathlib
@@ -12,9 +13,11 @@ import pytest
 from multidevice_sweep import svir_samples
 
 import jaxident as ji
+from jaxident._runtime._config import fit_device
 
 
 SCRIPT = pathlib.Path(__file__).with_name("multidevice_sweep.py")
+FIT_SCRIPT = pathlib.Path(__file__).with_name("fit_device.py")
 
 
 def _env(**extra) -> dict:
@@ -108,3 +111,48 @@ def test_bad_devices_and_mesh():
         ji.sweep(lambda x: x, xs, mesh="cpu", progress=False)
     with pytest.raises(ValueError, match="holds no sweep results"):
         ji.load_sweep(pathlib.Path("/nonexistent-jaxident"))
+
+
+_FIT_KERNELS = ("_fit_problem", "_fit_problems", "fit_kernel", "lm_begin", "lm_advance",
+                "lm_finish")  # fmt: skip
+
+
+def test_fits_run_on_the_fit_device(tmp_path):
+    """On a GPU machine fits run on the host's CPU (`fit_device`). Here two forced CPU
+    devices stand for the two: with the fit device set to the second, every fit kernel
+    (one start, starts one by one and side by side, a stepwise re-estimation in chunks)
+    runs there and nothing else does. Each fit ends where it ends on the default device,
+    its estimate comes back to the default device, and the sensitivities computed at it
+    there need no move (arrays on two devices would raise). The kept kernels are
+    exported and keyed for the arguments' device (the cache is on)."""
+    out = tmp_path / "out.npz"
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAXIDENT_CACHE=str(tmp_path / "cache"))  # fmt: skip
+    proc = subprocess.run([sys.executable, str(FIT_SCRIPT), str(out)], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = np.load(out)
+    seen = {k: r[k].tolist() for k in r.files if k.startswith("seen_")}
+    for name in _FIT_KERNELS:
+        assert seen[f"seen_default_{name}"] == [0] and seen[f"seen_other_{name}"] == [1], seen
+    others = [k[len("seen_other_"):] for k in seen if k.startswith("seen_other_")]
+    others = [k for k in others if k not in _FIT_KERNELS]
+    assert others and all(seen[f"seen_other_{k}"] == [0] for k in others), seen
+    assert int(r["default_one_home"]) == 0 and int(r["other_one_home"]) == 0
+    for k in ("many", "side", "one", "at_fit", "stepwise"):
+        np.testing.assert_allclose(r[f"other_{k}"], r[f"default_{k}"], rtol=1e-12, atol=0)
+    # and they are fits: the optimum of the data's closed form (k 0.3, V 2)
+    np.testing.assert_allclose(r["other_one"], [0.3037857, 1.9976265], rtol=1e-6)
+
+
+def test_fit_device_setting(monkeypatch):
+    """On a CPU backend fits stay on the default device; `JAXIDENT_FIT_DEVICE` takes
+    `cpu` (the default) or `default`, and nothing else."""
+    assert jax.default_backend() == "cpu" and fit_device() is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert fit_device() == jax.devices("cpu")[0]
+    monkeypatch.setenv("JAXIDENT_FIT_DEVICE", "default")
+    assert fit_device() is None
+    monkeypatch.setenv("JAXIDENT_FIT_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="JAXIDENT_FIT_DEVICE must be 'cpu' or 'default'"):
+        fit_device()

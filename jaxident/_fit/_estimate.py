@@ -15,6 +15,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
 from .._problem._base import Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
+from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
@@ -199,7 +200,8 @@ class LeastSquares(eqx.Module):
         args = (self.model, self.data, self.sigma, self.times, theta0, free, self.lower,
                 self.upper, self.bounded, solver, max_steps, self.integrator)  # fmt: skip
         with callback_free(*args):  # its status is `result`: no check needs a callback
-            return self._estimate(theta0, free, call_kept(fit_kernel, *args))
+            out = call_kept(fit_kernel, *args, device=fit_device())
+        return self._estimate(theta0, free, out)
 
     def fit_in_chunks(self, theta0, free, solver: LevenbergMarquardt, max_steps: int,
                       report=None, chunk: int = 5) -> Estimate:  # fmt: skip
@@ -209,17 +211,18 @@ class LeastSquares(eqx.Module):
         model and shapes (`max_steps` is an argument here, not a compile-time constant)."""
         free = free_mask(self.model, free)
         theta0 = jnp.asarray(theta0, float)
+        on = fit_device()
         with callback_free(self, theta0, free, solver):
-            z, state = call_kept(lm_begin, self, theta0, free, solver)
+            z, state = call_kept(lm_begin, self, theta0, free, solver, device=on)
             steps = jnp.asarray(0)
             while not bool(state.done | state.failed) and int(steps) < max_steps:
                 until = jnp.asarray(min(int(steps) + chunk, max_steps))
                 args = (self, theta0, free, solver, z, state, steps, until)
-                z, state, steps = call_kept(lm_advance, *args)
+                z, state, steps = call_kept(lm_advance, *args, device=on)
                 if report is not None:
                     report(int(steps), float(state.cost))
             args = (self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
-            out = call_kept(lm_finish, *args)
+            out = call_kept(lm_finish, *args, device=on)
         return self._estimate(theta0, free, out)
 
     def _estimate(self, theta0, free, kernel_out) -> Estimate:
@@ -275,8 +278,9 @@ def estimate(
     array of starts. The fits run one after another, compiled once, with a progress
     bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
     slowest). A fit is a chain of small solves, latency-bound on a GPU: on an H100 a
-    Boehm start took 23 s against 1.4 s on eight CPU cores, so fit on the CPU (a
-    process started with `JAX_PLATFORMS=cpu`, as that measurement was). Returns
+    Boehm start took 23 s against 1.4 s on eight CPU cores, so on a GPU machine every
+    fit runs on the host's CPU, its estimate returned to the GPU
+    (`JAXIDENT_FIT_DEVICE=default` fits on the GPU). Returns
     a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
     with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
     each fit with its status; `throw` raises only when every fit failed. Of the

@@ -20,6 +20,7 @@ from .._model._checks import check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
 from .._problem._predict import _PLAIN, _predict, Prediction
+from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
 from ._solvers import more_damping, nielsen
 
@@ -255,6 +256,7 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol):
             jnp.asarray(max_steps),
             jnp.asarray(rtol, float),
             on_error_mode(),
+            device=fit_device(),
         )
     return jax.tree.map(np.asarray, out)
 

@@ -22,6 +22,11 @@
   model, whose run time it can shorten by 5-10%). The column selections are compiled
   without LLVM's optimization passes besides (half the compilation, the same run time);
   `JAXIDENT_OPTIMIZE=1` optimizes them too.
+- Fits run on the host's CPU where JAX's default backend is another (a GPU): a fit is a
+  chain of small solves, each a few hundred solver steps long, and on an H100 a Boehm
+  start took 23 s against 1.4 s on the CPU (benchmarks/README.md, "On a GPU").
+  `JAXIDENT_FIT_DEVICE=default` fits on JAX's default device instead (`fit_device`).
+  Sweeps and sensitivities stay on the default device: they gain from a GPU.
 """
 
 import contextlib
@@ -151,3 +156,18 @@ def compiler_options(platform: str, optimize: bool = True) -> dict | None:
     if platform != "cpu":
         return None
     return _cpu_options() if optimize else _quick_options()
+
+
+def fit_device() -> jax.Device | None:
+    """The device a fit's kernels run on: the host's first CPU where JAX's default
+    backend is another, unless `JAXIDENT_FIT_DEVICE=default`; `None` (JAX's default
+    device) otherwise. Read at each fit, so a notebook can change it between fits."""
+    setting = os.environ.get("JAXIDENT_FIT_DEVICE", "cpu")
+    if setting not in ("cpu", "default"):
+        raise ValueError(f"JAXIDENT_FIT_DEVICE must be 'cpu' or 'default', got {setting!r}.")
+    if setting == "default" or jax.default_backend() == "cpu":
+        return None
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:  # a JAX without its CPU backend
+        return None

@@ -68,15 +68,29 @@ def callback_free(*args):
     return checks_as_nan()
 
 
-def call_kept(kernel, *args, optimize: bool = True):
+def call_kept(kernel, *args, optimize: bool = True, device: jax.Device | None = None):
     """`kernel(*args)` for a kernel that reports failures in its result (no check of its
     own), inside `callback_free`: with concrete arguments through its kept copy
     (`_exported.call`: compiled with the CPU options, fully optimized unless
     `optimize=False`; lowered once for every process), under a caller's trace as it
-    is."""
+    is. With a `device`, concrete arguments are moved there and the kernel runs there
+    (a fit on the host's CPU: `_config.fit_device`); its outputs are moved back to
+    where the arguments were, so that no later call sees arrays on two devices."""
     if is_traced(args):
         return kernel(*args)
-    return _exported.call(kernel, *args, optimize=optimize)
+    if device is None:
+        return _exported.call(kernel, *args, optimize=optimize)
+    arrays, rest = eqx.partition(args, eqx.is_array)
+    found = [a for a in jax.tree.leaves(arrays) if isinstance(a, jax.Array)]
+    home = next(iter(found[0].devices())) if found else None
+    with jax.default_device(device):
+        out = _exported.call(
+            kernel, *eqx.combine(jax.device_put(arrays, device), rest), optimize=optimize
+        )
+    if home is None or home == device:
+        return out
+    arrays, rest = eqx.partition(out, eqx.is_array)
+    return eqx.combine(jax.device_put(arrays, home), rest)
 
 
 @contextlib.contextmanager

@@ -8,9 +8,10 @@ everything the trace depends on, and a later process deserializes it (millisecon
 lets the compilation cache serve XLA's part.
 
 The key is a SHA-256 of: the library versions (jax, jaxlib, equinox, diffrax, lineax,
-optimistix, numpy, Python), the source of jaxident itself, the platform, equinox's error
-mode, the kernel's name, and every argument: arrays by shape and dtype, everything else
-(the static part of `eqx.filter_jit`) by value. A model's class counts by its code: the
+optimistix, numpy, Python), the source of jaxident itself, the platform (JAX's default,
+and the one the arguments are on), equinox's error mode, the kernel's name, and every
+argument: arrays by shape and dtype, everything else (the static part of
+`eqx.filter_jit`) by value. A model's class counts by its code: the
 bytecode, constants and defaults of its methods, and recursively of the functions and
 values they name at module level, as they are now. Anything that cannot be keyed that
 way (an object of an unknown type in a static field, say) makes the call a plain kernel
@@ -207,10 +208,18 @@ def _value(x, const: bool = False):
     raise _Unkeyable(type(x).__qualname__)
 
 
+def _platform(args) -> str:
+    """Where a kernel called with `args` runs: the platform of its (committed) arrays,
+    JAX's default backend where it has none."""
+    found = {d.platform for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
+             if isinstance(a, jax.Array) for d in a.devices()}  # fmt: skip
+    return found.pop() if len(found) == 1 else jax.default_backend()
+
+
 def _key(kernel, args) -> str | None:
     try:
         name = (kernel.__module__, kernel.__qualname__)  # jaxident's: its source is keyed
-        fingerprint = (environment(), on_error_mode(), name, _value(args))
+        fingerprint = (environment(), _platform(args), on_error_mode(), name, _value(args))
     except _Unkeyable:
         return None
     return hashlib.sha256(repr(fingerprint).encode()).hexdigest()
@@ -307,7 +316,12 @@ def _export(kernel, args):
     # targets stable across versions, but the key holds the exact versions). Host
     # callbacks, pointers into this process, jax.export refuses itself.
     anything = [jax.export.DisabledSafetyCheck.custom_call("ALL")]
-    exported = jax.export.export(jax.jit(flat), disabled_checks=anything)(*dynamic)
+    # lowered for where the arrays are: a fit's on the CPU of a GPU machine (JAX names a
+    # GPU's platform "gpu" but exports for "cuda" or "rocm": those are its default)
+    platforms = ("cpu",) if _platform(args) == "cpu" else None
+    exported = jax.export.export(jax.jit(flat), platforms=platforms, disabled_checks=anything)(
+        *dynamic
+    )
     return exported, box["skeleton"]
 
 

@@ -1,0 +1,87 @@
+"""Run by tests/test_sharding.py in a fresh process with two forced CPU devices, the
+second standing for the host's CPU of a GPU machine (`_config.fit_device`):
+
+python fit_device.py OUT.npz
+
+Every fit kernel (one start, several starts side by side, a stepwise re-estimation run
+a few steps at a time) is called once with the fits on the default device and once on
+the other; the script records the devices each kernel's arrays were on and what each
+fit returned."""
+
+import sys
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxident as ji
+from jaxident._fit import _estimate, _multistart
+from jaxident._runtime import _exported
+
+
+class Decay(ji.ODEModel):
+    """y = exp(-k t) / V."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 0.2], [2.0, 5.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def fits(on) -> tuple[dict, dict]:
+    """Every kind of fit with its kernels on `on` (`None`: JAX's default device), and the
+    devices each kernel's array arguments were on (by the kernel's name)."""
+    for module in (_estimate, _multistart):
+        module.fit_device = lambda: on
+    seen = {}
+    call = _exported.call
+
+    def spy(kernel, *args, **kwargs):
+        ids = {d.id for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
+               if isinstance(a, jax.Array) for d in a.devices()}  # fmt: skip
+        seen.setdefault(kernel.__name__, set()).update(ids)
+        return call(kernel, *args, **kwargs)
+
+    _exported.call = spy
+    try:
+        t = np.linspace(0.5, 6.0, 12)
+        y = np.exp(-0.3 * t) / 2.0 + 0.01 * np.random.default_rng(3).standard_normal(t.size)
+        model = Decay()
+        problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
+        many = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False)
+        side = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False, batch=2)
+        one = ji.estimate(model, y, t, sigma=0.01, theta0=[0.4, 1.5])
+        # a model computed at the fit, as an analysis after it does: no two devices
+        at_fit = ji.sensitivity(model, one.theta).outputs
+        method = ji.Stepwise(reestimate=True)
+        steps = ji.set_by_set(model, y, t, method=method, progress=False)
+    finally:
+        _exported.call = call
+    out = {
+        "many": np.asarray(many.theta), "side": np.asarray(side.theta),
+        "one": np.asarray(one.theta), "one_home": one.theta.devices().pop().id,
+        "at_fit": np.asarray(at_fit), "stepwise": np.asarray(steps.theta),
+    }  # fmt: skip
+    return out, seen
+
+
+if __name__ == "__main__":
+    assert len(jax.devices()) == 2, jax.devices()
+    default, seen_default = fits(None)
+    other, seen_other = fits(jax.devices()[1])
+    np.savez(
+        sys.argv[1],
+        **{f"seen_default_{k}": sorted(v) for k, v in seen_default.items()},
+        **{f"seen_other_{k}": sorted(v) for k, v in seen_other.items()},
+        **{f"default_{k}": v for k, v in default.items()},
+        **{f"other_{k}": v for k, v in other.items()},
+    )
