@@ -12,29 +12,12 @@ import sys
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
+from models_for_tests import Decay, decay_data
 
 import jaxident as ji
 from jaxident._fit import _estimate, _multistart
 from jaxident._runtime import _exported
-
-
-class Decay(ji.ODEModel):
-    """y = exp(-k t) / V."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 0.2], [2.0, 5.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1)
-
-    def output(self, t, x, th):
-        return x[0] / th.V
 
 
 def fits(on) -> tuple[dict, dict]:
@@ -53,8 +36,7 @@ def fits(on) -> tuple[dict, dict]:
 
     _exported.call = spy
     try:
-        t = np.linspace(0.5, 6.0, 12)
-        y = np.exp(-0.3 * t) / 2.0 + 0.01 * np.random.default_rng(3).standard_normal(t.size)
+        t, y = decay_data()
         model = Decay()
         problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
         many = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False)

@@ -107,3 +107,27 @@ def two_rate_problem(scales=None, both=True):
     second = ji.Experiment(t, np.exp(-0.3 * t)[:, None], 0.01, condition={"k2": 0.0},
                            name="k2 blocked")  # fmt: skip
     return ji.Problem(TwoRates(), [first, second] if both else [first], scales=scales)
+
+
+class Decay(ji.ODEModel):
+    """y = exp(-k t) / V (closed form)."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 0.2], [2.0, 5.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return x[0] / th.V
+
+
+def decay_data():
+    """Twelve noisy samples of `Decay` at k = 0.3, V = 2 (sigma 0.01)."""
+    t = np.linspace(0.5, 6.0, 12)
+    rng = np.random.default_rng(3)
+    return t, np.exp(-0.3 * t) / 2.0 + 0.01 * rng.standard_normal(t.size)

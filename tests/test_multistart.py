@@ -12,34 +12,12 @@ import numpy as np
 import pytest
 import scipy.optimize as so
 from helpers import write_petab
+from models_for_tests import Decay, decay_data
 
 import jaxident as ji
 from jaxident import cli
 from jaxident._fit._multistart import _fit_problem, gradient_and_fisher, structured_secant
 from jaxident._runtime._context import on_error_mode
-
-
-class Decay(ji.ODEModel):
-    """y = exp(-k t) / V (closed form)."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 0.2], [2.0, 5.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1)
-
-    def output(self, t, x, th):
-        return x[0] / th.V
-
-
-def _decay_data():
-    t = np.linspace(0.5, 6.0, 12)
-    rng = np.random.default_rng(3)
-    return t, np.exp(-0.3 * t) / 2.0 + 0.01 * rng.standard_normal(t.size)
 
 
 def _closed_form_fit(t, y, sigma):
@@ -57,7 +35,7 @@ def test_multistart_reaches_the_closed_form_optimum():
     closed form, its negative log-likelihood the closed form's; the model front end
     (`ji.estimate(model, data, starts=...)`) is the problem front end exactly, and a
     single start agrees with the least-squares estimate of the model."""
-    t, y = _decay_data()
+    t, y = decay_data()
     model = Decay()
     theta, nll = _closed_form_fit(t, y, 0.01)
     problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
@@ -91,7 +69,7 @@ def test_starts_far_off_scale_reach_the_optimum():
     measured against that curvature's running maximum, called a gradient flat far from
     the optimum (-log L 4,078 reported as converged). Each reaches the closed form's
     optimum now, as a start near it does."""
-    t, y = _decay_data()
+    t, y = decay_data()
     theta, nll = _closed_form_fit(t, y, 0.01)
     model = Decay(parameters=ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 1e-14], [2.0, 10.0]))
     problem = ji.Problem(
@@ -109,7 +87,7 @@ def test_starts_side_by_side_are_the_fits_one_by_one():
     after another (a CPU's default): lanes that need from a few to many steps step in
     lockstep, yet each ends where its own fit ends, with its status and about its
     steps."""
-    t, y = _decay_data()
+    t, y = decay_data()
     model = Decay(parameters=ji.Parameters(["k", "V"], [0.5, 1.0], [0.05, 1e-14], [2.0, 10.0]))
     problem = ji.Problem(
         model, ji.Experiment(t, y[:, None], 0.01), scales={"k": "log10", "V": "log10"}
@@ -202,7 +180,7 @@ def test_gradient_and_fisher_against_finite_differences(tmp_path):
 def test_fit_kernel_under_vmap():
     """The fit kernel of one start, vmapped over three starts (a GPU batch), gives what
     it gives one start at a time."""
-    t, y = _decay_data()
+    t, y = decay_data()
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
     starts = jnp.asarray([[0.2, 1.0], [1.0, 3.0], [0.1, 4.0]])
     integ = problem.model.integrator
@@ -221,7 +199,7 @@ def test_fit_kernel_under_vmap():
 
 
 def test_multistart_errors_and_plot(tmp_path):
-    t, y = _decay_data()
+    t, y = decay_data()
     model = Decay()
     problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
     with pytest.raises(ValueError, match="positive number of starts"):
@@ -316,7 +294,7 @@ def test_profile_of_a_problem_against_the_closed_form(tmp_path):
     """`ji.profile(problem, "k", values)` at a fit: with k held, the best V has a closed
     form (1/V is linear in the outputs), and so has the negative log-likelihood; every
     name without a name, and the figure."""
-    t, y = _decay_data()
+    t, y = decay_data()
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
     fits = ji.estimate(problem, starts=2, progress=False)
     values = np.linspace(0.2, 0.45, 6)
@@ -344,7 +322,7 @@ class _Broken(Decay):
 
 
 def test_every_start_failed():
-    t, y = _decay_data()
+    t, y = decay_data()
     problem = ji.Problem.from_model(_Broken(), y[:, None], t, 0.01)
     with pytest.raises(RuntimeError, match="could not be solved at any of the 2 starts"):
         ji.estimate(problem, starts=2, progress=False)

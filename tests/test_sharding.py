@@ -135,7 +135,7 @@ def test_fits_run_on_the_fit_device(tmp_path):
     seen = {k: r[k].tolist() for k in r.files if k.startswith("seen_")}
     for name in _FIT_KERNELS:
         assert seen[f"seen_default_{name}"] == [0] and seen[f"seen_other_{name}"] == [1], seen
-    others = [k[len("seen_other_"):] for k in seen if k.startswith("seen_other_")]
+    others = [k[len("seen_other_") :] for k in seen if k.startswith("seen_other_")]
     others = [k for k in others if k not in _FIT_KERNELS]
     assert others and all(seen[f"seen_other_{k}"] == [0] for k in others), seen
     assert int(r["default_one_home"]) == 0 and int(r["other_one_home"]) == 0
