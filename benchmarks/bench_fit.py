@@ -13,6 +13,9 @@ C++ per model, about a minute per model here, apart from the timed fits). Withou
 pyPESTO rows are left out and say why.
 
     python benchmarks/bench_fit.py --starts 100 --pypesto-python /tmp/amici-venv/bin/python
+
+`--max-steps` sets jaxident's step cap per start (default 200, `ji.estimate`'s; fides
+stops at 1,000 iterations). pyPESTO's costs are reported in the starts' order.
 """
 
 import argparse
@@ -62,7 +65,7 @@ print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals, "nll_nominal":
 """
 
 
-def jaxident_rows(yaml_path: str, n: int, seed: int):
+def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200):
     import jax
     import numpy as np
 
@@ -76,7 +79,7 @@ def jaxident_rows(yaml_path: str, n: int, seed: int):
     ji.estimate(problem, starts=starts[:1], progress=False)  # compiles the fit kernel
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fits = ji.estimate(problem, starts=starts, progress=False)
+    fits = ji.estimate(problem, starts=starts, progress=False, max_steps=max_steps)
     wall = time.perf_counter() - t0
     nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
     out = {
@@ -116,6 +119,8 @@ def main():
     ap.add_argument("--problems", nargs="+", default=["Boehm_JProteomeRes2014",
                                                       "Fujita_SciSignal2010"])  # fmt: skip
     ap.add_argument("--pypesto-python", default=None)
+    ap.add_argument("--max-steps", type=int, default=200,
+                    help="jaxident's step cap per start (fides stops at 1,000)")  # fmt: skip
     ap.add_argument("--cpu", type=int, default=0, help="the core both tools are pinned to")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -124,10 +129,11 @@ def main():
 
     import jaxident as ji
 
-    results = {"machine": platform.processor() or platform.machine(), "starts": args.starts}
+    results = {"machine": platform.processor() or platform.machine(), "starts": args.starts,
+               "max_steps": args.max_steps}  # fmt: skip
     for name in args.problems:
         yaml_path = ji.data.petab_problem(name)
-        problem, starts, jax_row = jaxident_rows(yaml_path, args.starts, args.seed)
+        problem, starts, jax_row = jaxident_rows(yaml_path, args.starts, args.seed, args.max_steps)
         peer = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
         rows = {"jaxident": jax_row, "pypesto": peer}
         if "nll" in peer:  # on jaxident's scale (PEtab's likelihood, constants included)
