@@ -112,23 +112,22 @@ def outputs_of(target, times, method, what: str):
     any other problem (`ProblemOutputs`); `owner` is what the parameter vectors are given
     for (the model, or the problem: its parameters on their estimation scales). The
     model and `method` are checked first."""
-    if not isinstance(target, Problem):
-        check_method(target, method)
-        return target, ModelOutputs(target, check_times(target, times)), target
-    if times is not None:
-        raise TypeError("A problem holds its times: give none.")
-    if target.is_one_model:
+    if isinstance(target, Problem):
+        if times is not None:
+            raise TypeError("A problem holds its times: give none.")
+        if not target.is_one_model:
+            check_method(target.model, method)
+            if any(target.noise_outputs):
+                raise ValueError(
+                    f"{what} tests what the outputs determine; this problem estimates noise "
+                    "parameters, which enter no output. Load it with the noise parameters "
+                    "held (ji.petab.load(..., estimate_noise=False), the default)."
+                )
+            return target.model, ProblemOutputs(target), target
         view = target.as_model(what)
-        check_method(view.model, method)
-        return view.model, ModelOutputs(view.model, check_times(view.model, view.times)), view.model
-    check_method(target.model, method)
-    if any(target.noise_outputs):
-        raise ValueError(
-            f"{what} tests what the outputs determine; this problem estimates noise "
-            "parameters, which enter no output. Load it with the noise parameters "
-            "held (ji.petab.load(..., estimate_noise=False), the default)."
-        )
-    return target.model, ProblemOutputs(target), target
+        target, times = view.model, view.times
+    check_method(target, method)
+    return target, ModelOutputs(target, check_times(target, times)), target
 
 
 @eqx.filter_jit

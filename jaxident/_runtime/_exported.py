@@ -11,13 +11,13 @@ The key is a SHA-256 of: the library versions (jax, jaxlib, equinox, diffrax, li
 optimistix, numpy, Python), the source of jaxident itself, the platform (JAX's default,
 and the one the arguments are on), equinox's error mode, the kernel's name, and every
 argument: arrays by shape and dtype, everything else (the static part of
-`eqx.filter_jit`) by value. A model's class counts by its code: the
-bytecode, constants and defaults of its methods, and recursively of the functions and
-values they name at module level, as they are now. Anything that cannot be keyed that
-way (an object of an unknown type in a static field, say) makes the call a plain kernel
-call. What the key cannot see is code reached through another module's attribute
-(`helpers.rate(x)`, where `helpers` is the user's own module): a change there is seen by
-a new process only once the cache folder is cleared (or `JAXIDENT_CACHE=0`).
+`eqx.filter_jit`) by value. A model's class counts by its code: the bytecode, constants
+and defaults of its methods, and recursively of the functions and values they name at
+module level, as they are now. Anything that cannot be keyed that way (an object of an
+unknown type in a static field, say) makes the call a plain kernel call. What the key
+cannot see is code reached through another module's attribute (`helpers.rate(x)`, where
+`helpers` is the user's own module): a change there is seen by a new process only once
+the cache folder is cleared (or `JAXIDENT_CACHE=0`).
 """
 
 import dataclasses
