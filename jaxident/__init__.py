@@ -1,5 +1,3 @@
-import importlib.metadata
-
 from ._runtime import _config as _config  # (first: float64 and the compilation cache)
 
 
@@ -150,7 +148,7 @@ from ._solve._rosenbrock import Rodas4 as Rodas4
 from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 
 
-__version__ = importlib.metadata.version("jaxident")
+__version__ = _config.version()
 
 
 def __getattr__(name):

@@ -1,5 +1,7 @@
 import gc
 import os
+import subprocess
+import sys
 
 
 def _one_core_per_worker() -> None:
@@ -37,11 +39,16 @@ os.environ.setdefault("JAXIDENT_CACHE", "0")
 # Compile without XLA's CPU fusion emitters, as the entry points' kept kernels are
 # compiled for a user (jaxident/_runtime/_exported.py): the suite is mostly compilation, and this
 # makes it about 30% faster (test_lserc, test_estimate and test_ecoli: 43 s against
-# 63 s). Results differ at rounding level only. The notebook kernels inherit it; a flag
-# already given in XLA_FLAGS is kept.
+# 63 s). Results differ at rounding level only. The notebook kernels and pytest-xdist's
+# workers inherit it; a flag already given in XLA_FLAGS is kept. An XLA that does not
+# know the flag aborts at start (jaxlib 0.11 does not), so a fresh process tries it first.
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_cpu_use_fusion_emitters" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+    _with = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
+    _probe = [sys.executable, "-c", "import jax; jax.devices()"]
+    _env = {**os.environ, "XLA_FLAGS": _with, "JAX_PLATFORMS": "cpu"}
+    if subprocess.run(_probe, env=_env, capture_output=True).returncode == 0:
+        os.environ["XLA_FLAGS"] = _with
 
 import jax  # noqa: E402
 import jaxtyping  # noqa: E402

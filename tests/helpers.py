@@ -56,13 +56,16 @@ def qrcp_ref(S, k):
 
 def rrqr_ref(S, k):
     """Algorithm 4.1: move the largest entry of the smallest right singular vector of
-    the leading block to the back of the block, p - k times."""
+    the leading block to the back of the block, p - k times. Where the block is singular
+    to working precision, the column with the largest projection on its null space."""
     R = r_factor(S)
     p = R.shape[0]
     perm = np.arange(p)
+    tiny = p * np.finfo(float).eps * 2 * np.linalg.norm(R)
     for size in range(p, k, -1):
-        v = np.linalg.svd(R[:size, :size])[2][-1]
-        m = int(np.argmax(np.abs(v)))
+        _, s, vt = np.linalg.svd(R[:size, :size])
+        null = vt[s <= max(s[-1], tiny)]
+        m = int(np.argmax(np.linalg.norm(null, axis=0)))
         sw = np.arange(p)
         sw[[m, size - 1]] = sw[[size - 1, m]]
         R = sl.qr(R[:, sw], mode="r")[0]

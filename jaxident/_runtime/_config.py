@@ -31,6 +31,7 @@
 
 import contextlib
 import functools
+import importlib.metadata
 import os
 
 import jax
@@ -171,3 +172,12 @@ def fit_device() -> jax.Device | None:
         return jax.devices("cpu")[0]
     except RuntimeError:  # a JAX without its CPU backend
         return None
+
+
+def version() -> str:
+    """jaxident's installed version; "unknown" for a source tree put on the path without
+    installing it (as on a machine that cannot install it)."""
+    try:
+        return importlib.metadata.version("jaxident")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

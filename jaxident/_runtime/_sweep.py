@@ -15,7 +15,6 @@ core, was slower on two cores (Fujita, 37 ms a sample against 25.6 ms on one dev
 
 import collections
 import hashlib
-import importlib.metadata
 import pathlib
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 from tqdm.auto import tqdm
 
-from ._config import compiler_options
+from ._config import compiler_options, version
 from ._context import no_throw
 from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
 
@@ -352,7 +351,7 @@ def sweep(
                 (program() + arrays_hash(jax.tree.leaves(arrays))).encode()
             ).hexdigest(),
             "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
-            "jaxident": importlib.metadata.version("jaxident"),
+            "jaxident": version(),
             "jax": jax.__version__,
         }
         if n_proc > 1:
