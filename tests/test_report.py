@@ -302,6 +302,27 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     assert weak[-1][1] == math.inf
 
 
+def test_weak_directions_have_one_sign():
+    """An SVD returns each singular vector up to its sign, which depends on the matrix as
+    LAPACK (or a GPU) reduces it: the same data rotated (`Q S`, the same Fisher matrix)
+    must print the same directions, the largest component positive."""
+    from jaxident._report._analyze import _practical
+
+    rng = np.random.default_rng(5)
+    V = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    S = (np.linalg.qr(rng.standard_normal((30, 4)))[0] * [5.0, 2.0, 1e-3, 1e-9]) @ V.T
+    seen = []
+    for _ in range(6):
+        Q = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+        _, weak = _practical(Q @ S, np.ones(4), ("log10",) * 4, list(range(4)), rule_of(1e-6), 1.0)
+        assert len(weak) == 2
+        for _, _, v in weak:
+            assert v[np.argmax(np.abs(v))] > 0
+        seen.append(np.stack([v for _, _, v in weak]))
+    for other in seen[1:]:
+        np.testing.assert_allclose(other, seen[0], atol=1e-6)
+
+
 def rule_of(rtol):
     return ji.linalg.RelativeTolerance(rtol)
 

@@ -256,7 +256,9 @@ def _practical(S, th, scales, keep, rank, threshold):
         v = np.zeros(p)
         v[keep] = Vt[j] / c
         weak.append((float(s[j]), math.inf, v / np.linalg.norm(v)))
-    return std, weak
+    # a direction's sign is the SVD's choice: its largest component is made positive, so
+    # that a report reads the same whatever LAPACK (or a GPU) computed it
+    return std, [(a, b, v if v[np.argmax(np.abs(v))] > 0 else -v) for a, b, v in weak]
 
 
 def analyze(

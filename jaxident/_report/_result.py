@@ -51,7 +51,8 @@ class Report(eqx.Module):
       component above the noise level in it), `decades`: the same in decades (log10
       units); `threshold` and `practically_non_identifiable` (identifiable parameters above it);
       `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
-      standard deviation exceeds the threshold.
+      standard deviation exceeds the threshold (each with its largest component
+      positive).
     - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
       `n_data`: the number of rows (observed data).
     """
