@@ -10,7 +10,6 @@ fit returned."""
 
 import sys
 
-import equinox as eqx
 import jax
 import numpy as np
 from models_for_tests import Decay, decay_data
@@ -29,8 +28,7 @@ def fits(on) -> tuple[dict, dict]:
     call = _exported.call
 
     def spy(kernel, *args, **kwargs):
-        ids = {d.id for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
-               if isinstance(a, jax.Array) for d in a.devices()}  # fmt: skip
+        ids = {d.id for d in _exported.array_devices(args)}
         seen.setdefault(kernel.__name__, set()).update(ids)
         return call(kernel, *args, **kwargs)
 

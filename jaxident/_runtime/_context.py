@@ -80,9 +80,9 @@ def call_kept(kernel, *args, optimize: bool = True, device: jax.Device | None = 
         return kernel(*args)
     if device is None:
         return _exported.call(kernel, *args, optimize=optimize)
+    found = _exported.array_devices(args)
+    home = found[0] if found else None
     arrays, rest = eqx.partition(args, eqx.is_array)
-    found = [a for a in jax.tree.leaves(arrays) if isinstance(a, jax.Array)]
-    home = next(iter(found[0].devices())) if found else None
     with jax.default_device(device):
         out = _exported.call(
             kernel, *eqx.combine(jax.device_put(arrays, device), rest), optimize=optimize

@@ -208,11 +208,17 @@ def _value(x, const: bool = False):
     raise _Unkeyable(type(x).__qualname__)
 
 
+def array_devices(args) -> list:
+    """The devices of the JAX arrays in `args`, in the order of its leaves (NumPy arrays
+    have none)."""
+    return [d for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
+            if isinstance(a, jax.Array) for d in a.devices()]  # fmt: skip
+
+
 def _platform(args) -> str:
     """Where a kernel called with `args` runs: the platform of its (committed) arrays,
     JAX's default backend where it has none."""
-    found = {d.platform for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
-             if isinstance(a, jax.Array) for d in a.devices()}  # fmt: skip
+    found = {d.platform for d in array_devices(args)}
     return found.pop() if len(found) == 1 else jax.default_backend()
 
 
