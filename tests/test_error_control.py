@@ -407,3 +407,44 @@ def test_state_triggered_events_against_the_closed_form(integ):
     assert np.abs(np.asarray(S[1]) - ref2).max() <= 1e-8 * np.abs(ref2).max()
     y = np.asarray(ji.simulate(model, th, integrator=integ).ys).ravel()
     np.testing.assert_allclose(y, np.asarray(_refill_exact(th, t)), rtol=1e-7)
+
+
+class _TwoSwitches(ji.ODEModel):
+    """An input on until `t_1`, another from `t_2` on; `t_2` lies after the last
+    observation (Oliveira_NatCommun2021's `t_2 = 100` with data to day 59)."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k", "a", "t_1", "t_2"], [0.7, 2.0, 1.3, 9.0], [0.1, 0.1, 0.5, 5.0], [2.0, 5.0, 3.0, 20.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, theta):
+        on = jnp.where(t < theta.t_1, theta.a, 0.0) + jnp.where(t >= theta.t_2, 1.0, 0.0)
+        return -theta.k * x + on
+
+    def initial_state(self, theta):
+        return jnp.array([0.5])
+
+    def output(self, t, x, theta):
+        return x[0]
+
+    def switching_times(self, theta):
+        return jnp.stack([theta.t_1, theta.t_2])
+
+
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+def test_a_switch_after_the_last_datum_has_a_zero_column(integ):
+    """Nothing observed depends on a switching time after the last observation: its
+    sensitivity column is exactly zero (it was the solver's error, 1e-10 of the others,
+    where the time warp stretched the last observed segment), and the report says
+    'no effect'; the switch before it keeps its closed-form column."""
+    model = _TwoSwitches()
+    th = np.asarray(model.parameters.nominal)
+    S = np.asarray(ji.sensitivity_matrix(model, integrator=integ))
+    assert np.all(S[:, 3] == 0.0)
+    t = np.asarray(model.times)
+    ref = _central(lambda p: _step_exact(p[:3], t), th)
+    assert np.abs(S[:, :3] - ref[:, :3]).max() <= 1e-8 * np.abs(ref).max()
+    rep = ji.analyze(ji.Problem(model, ji.Experiment(t, sigma=0.01)), integrator=integ)
+    assert rep.no_effect == ("t_2",) and rep.rank == 3

@@ -276,7 +276,7 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     parameters outside that direction keep their small std."""
     import scipy.linalg as sl
 
-    from jaxident._report._analyze import _practical
+    from jaxident._report._analyze import _marginal, _weak
 
     rng = np.random.default_rng(3)
     U = np.linalg.qr(rng.standard_normal((40, 5)))[0]
@@ -287,34 +287,37 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     F_eig = np.linalg.eigvalsh(S.T @ S)
     assert F_eig[0] < 1e-17 * F_eig[-1]  # lost to rounding in S^T S
     theta = np.ones(5)
-    rule = ji.linalg.RelativeTolerance(1e-12)
-    std, weak = _practical(S, theta, ("log10",) * 5, list(range(5)), rule, 1.0)
+    std, W = _marginal(S, range(5), 5)
     R = sl.qr(S, mode="economic")[1]
     ref = np.linalg.norm(sl.solve_triangular(R, np.eye(5)), axis=1)
     np.testing.assert_allclose(std, ref, rtol=1e-5)
     assert np.all(std[:3] < 1) and np.all(std[3:] > 1e7)
+    weak = _weak(W, theta, ("log10",) * 5, np.ones(5, bool), 1.0)
     assert len(weak) == 1 and weak[0][1] > 1e7
     np.testing.assert_allclose(np.abs(weak[0][2]), [0, 0, 0, 2**-0.5, 2**-0.5], atol=1e-6)
-    # below the rank threshold the direction is unresolved: inf on p4 and p5 only
-    std, weak = _practical(S, theta, ("log10",) * 5, list(range(5)), rule_of(1e-6), 1.0)
-    assert np.all(np.isfinite(std[:3])) and np.all(np.isinf(std[3:]))
+    # below the rank threshold the direction is unresolved: p4 and p5 lie in it (their
+    # distances are under the threshold), and the others keep their marginal std
+    dep = ji.linalg.dependence(jnp.asarray(S), rule_of(1e-6))
+    assert int(dep.rank) == 4
+    np.testing.assert_array_equal(np.asarray(dep.dependent), [0, 0, 0, 1, 1])
+    std, _ = _marginal(S, range(5), 4)
     np.testing.assert_allclose(std[:3], ref[:3], rtol=1e-6)
-    assert weak[-1][1] == math.inf
 
 
 def test_weak_directions_have_one_sign():
     """An SVD returns each singular vector up to its sign, which depends on the matrix as
     LAPACK (or a GPU) reduces it: the same data rotated (`Q S`, the same Fisher matrix)
     must print the same directions, the largest component positive."""
-    from jaxident._report._analyze import _practical
+    from jaxident._report._analyze import _marginal, _weak
 
     rng = np.random.default_rng(5)
     V = np.linalg.qr(rng.standard_normal((4, 4)))[0]
-    S = (np.linalg.qr(rng.standard_normal((30, 4)))[0] * [5.0, 2.0, 1e-3, 1e-9]) @ V.T
+    S = (np.linalg.qr(rng.standard_normal((30, 4)))[0] * [5.0, 2.0, 1e-3, 1e-5]) @ V.T
     seen = []
     for _ in range(6):
         Q = np.linalg.qr(rng.standard_normal((30, 30)))[0]
-        _, weak = _practical(Q @ S, np.ones(4), ("log10",) * 4, list(range(4)), rule_of(1e-6), 1.0)
+        _, W = _marginal(Q @ S, range(4), 4)
+        weak = _weak(W, np.ones(4), ("log10",) * 4, np.ones(4, bool), 1.0)
         assert len(weak) == 2
         for _, _, v in weak:
             assert v[np.argmax(np.abs(v))] > 0
@@ -329,23 +332,25 @@ def rule_of(rtol):
 
 def test_noise_level_null_components_are_not_non_identifiable():
     """Columns 1 and 2 are equal (null vector (1, -1, 0, 0, 0)); the matrix is perturbed
-    at a relative 1e-7 and decided at that accuracy. The computed null vector has
-    components of about 1e-7 * cond on the other columns: below
-    `support_threshold` (Wedin's bound times 10), so only p1 and p2 are listed, where
-    the fixed 1e-6 cut-off listed all five."""
+    at a relative 1e-8 and decided at an accuracy of 1e-7. The computed null vector has
+    components of about 1e-8 * cond on the other columns, which a fixed cut-off on
+    null-vector components (the paper's `zero_tol=1e-6`) lists as non-estimable. By
+    rank, p3..p5 lie far from the span of the others (distances against the
+    threshold), whatever those components are: only p1 and p2 are listed."""
     rng = np.random.default_rng(0)
     A = np.linalg.qr(rng.standard_normal((30, 4)))[0] @ np.diag([1.0, 0.1, 0.01, 2e-3])
     A = A @ np.linalg.qr(rng.standard_normal((4, 4)))[0]
     S = np.column_stack([A[:, 0], A[:, 0], A[:, 1:]])
-    S = S + 1e-7 * np.abs(S).max() * rng.standard_normal(S.shape)
+    S = S + 1e-8 * np.abs(S).max() * rng.standard_normal(S.shape)
     rule = ji.linalg.RelativeTolerance(accuracy=1e-7)
     est = ji.estimability(S, ["p1", "p2", "p3", "p4", "p5"], rank=rule)
-    assert est.nullity == 1
+    assert est.nullity == 1 and est.zero_tol is None
     assert est.estimable == ("p3", "p4", "p5")
+    assert est.dependent_sets == [("p1", "p2")]
     noise = np.abs(np.asarray(est.basis)[2:]).max()
-    assert 1e-6 < noise < est.zero_tol  # above the old cut-off, below the stated one
-    s = np.asarray(est.singular_values)
-    assert est.zero_tol == pytest.approx(ji.linalg.support_threshold(rule, s, S.shape))
+    assert noise > 1e-6  # the components a fixed cut-off would have counted
+    d = np.asarray(est.decision.distance) / float(est.decision.threshold)
+    assert np.all(d[:2] < 1) and np.all(d[2:] > 100)
     old = ji.estimability(S, ["p1", "p2", "p3", "p4", "p5"], rank=rule, zero_tol=1e-6)
     assert len(old.estimable) < 3
 
@@ -487,7 +492,7 @@ def test_report_without_noise_model_parameter_at_zero_and_one_warning():
     model = _Shifted()
     prob = ji.Problem(model, ji.Experiment(np.array([0.5, 1.0, 2.0, 4.0]), sigma=0.1))
     rep = ji.analyze(prob)
-    assert np.isnan(rep.decades[2]) and "at 0: no decades" in str(rep)
+    assert np.isnan(rep.decades[2]) and "near 0: absolute, no decades" in str(rep)
     assert rep.to_dict()["std_decades"]["shift"] is None
     text = str(ji.analyze(model))
     assert "every datum with sigma = 1" in text and "gamma2 n/a (k = p)" in text
@@ -498,3 +503,51 @@ def test_report_without_noise_model_parameter_at_zero_and_one_warning():
     near = [w for w in caught if issubclass(w.category, ji.NearThresholdWarning)]
     assert len(near) == 1 and "analyze" in str(near[0].message)
     assert rep.near_threshold is not None and "CLOSE CALL" in str(rep)
+
+
+class _Chain(ji.ODEModel):
+    """A -> B -> C with rates k1 k2 and k3, C observed: k1 and k2 enter only as their
+    product, and k3 is strongly correlated with it."""
+
+    parameters: ji.Parameters = ji.Parameters(["k1", "k2", "k3"], [0.8, 0.5, 0.3])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 12.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        a, b, _ = x
+        return jnp.stack([-th.k1 * th.k2 * a, th.k1 * th.k2 * a - th.k3 * b, th.k3 * b])
+
+    def initial_state(self, th):
+        return jnp.array([1.0, 0.0, 0.0])
+
+    def output(self, t, x, th):
+        return x[2]
+
+
+def test_standard_deviations_are_marginal():
+    """k3's standard deviation with the identifiable product k1*k2 free to move, not
+    held fixed: equal (within 5%) to the model with k2 fixed, which is full rank and
+    whose std is checked against NumPy's inverse of the Fisher matrix from central
+    finite differences. Holding both k1 and k2 fixed (the conditional std printed
+    before) gives a far smaller value."""
+    model = _Chain()
+    times = np.asarray(model.times)
+    problem = ji.Problem(model, ji.Experiment(times, sigma=0.02))
+    rep = ji.analyze(problem, progress=False)
+    assert set(rep.non_identifiable) == {"k1", "k2"} and rep.identifiable == ("k3",)
+    fixed = problem.fix({"k2": 0.5})
+    ref = ji.analyze(fixed, progress=False)
+    k3 = rep.std[2]
+    assert abs(k3 - ref.std[1]) <= 0.05 * ref.std[1]
+
+    def outputs(th):
+        return np.asarray(ji.predict(fixed, th).outputs).ravel() / 0.02
+
+    th0, h = np.array([0.8, 0.3]), 1e-5
+    J = np.stack(
+        [(outputs(th0 + h * e) - outputs(th0 - h * e)) / (2 * h) for e in np.eye(2)], axis=1
+    )
+    np.testing.assert_allclose(ref.std, np.sqrt(np.diag(np.linalg.inv(J.T @ J))), rtol=1e-4)
+    conditional = ji.analyze(problem.fix({"k1": 0.8, "k2": 0.5}), progress=False).std[0]
+    assert conditional < 0.2 * k3
+    assert "marginal" in str(rep)

@@ -15,12 +15,13 @@ import numpy as np
 import scipy.linalg as sl
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._linalg._dependence import dependence as _dependence, Dependence, dependent_sets
 from .._linalg._misc import matmul
 from .._linalg._rank import (
     _decision,
     AbstractRankRule,
+    GivenRank,
     RelativeTolerance,
-    support_threshold,
     warn_if_near_threshold,
 )
 from .._linalg._scaling import equilibrate
@@ -215,10 +216,18 @@ class Estimability(eqx.Module):
     - `transformed`: `V~_B = V_B V_B1^{-1}` (eq. 22) of `DG` in the units of the
       unknowns, the identity on the pivot rows (its zero entries are decided in
       equilibrated units).
-    - `estimable`: names whose row of `V_B` vanishes (below `zero_tol`).
-    - `dependent_sets`: per column of `V~_B`, the quantities that move together.
+    - `estimable`: the quantities outside every non-identifiable direction. By default
+      decided by rank (`ji.linalg.dependence`): a quantity is non-estimable iff its
+      equilibrated column lies within the rank rule's threshold of the span of the
+      others (`decision`), whatever the basis of the null space; with `zero_tol`
+      given (or `equilibrate=False`), the paper's rule: its row of `V_B` vanishes
+      (below `zero_tol`).
+    - `dependent_sets`: per pivot, the quantities that move together: the minimal set
+      whose span the pivot's column lies in (by the same distance test), or with
+      `zero_tol` the nonzero entries of that column of `V~_B`.
     - `uncertainty`: `v_k` (eq. 33); `correlation`: Pearson's `rho` (eq. 34).
-    - `zero_tol`: the threshold for "vanishing" basis components.
+    - `zero_tol`: the paper's threshold for "vanishing" basis components, or `None`
+      where the decisions are by rank; `decision`: the `ji.linalg.Dependence` then.
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
@@ -231,12 +240,20 @@ class Estimability(eqx.Module):
     transformed: Float[Array, "w n"]
     uncertainty: Float[Array, " w"]
     correlation: Float[Array, "w w"]
-    zero_tol: float = eqx.field(static=True)
+    zero_tol: float | None = eqx.field(static=True)
+    decision: Dependence | None = None
 
     @property
     def estimable(self) -> tuple[str, ...]:
+        if self.decision is not None:
+            out = np.asarray(self.decision.non_identifiable)
+            return tuple(n for n, o in zip(self.names, out) if not o)
         vb = np.abs(np.asarray(self.basis))
         return tuple(n for n, r in zip(self.names, vb) if np.all(r <= self.zero_tol))
+
+    def _circuits(self):
+        piv = [self.names.index(n) for n in self.pivots]
+        return dependent_sets(self.decision, pivots=piv)[0]
 
     def _scaled_transformed(self) -> np.ndarray:
         """`V~_B` in equilibrated units (`C V~_B C_pivots^{-1}`), where zero entries are
@@ -247,6 +264,8 @@ class Estimability(eqx.Module):
 
     @property
     def dependent_sets(self) -> list[tuple[str, ...]]:
+        if self.decision is not None:
+            return [tuple(self.names[i] for i in c.involved) for c in self._circuits()]
         vt = np.abs(self._scaled_transformed())
         scale = np.maximum(vt.max(axis=0, keepdims=True), 1.0)
         return _fmt_sets(self.names, vt > self.zero_tol * scale)
@@ -255,6 +274,15 @@ class Estimability(eqx.Module):
         """Per basis vector `v~^(i)`: `+1` if `Delta a > 0` goes with `Delta b > 0` in the
         null space (eq. 26), `-1` if with `Delta b < 0`, `0` if either does not move."""
         i, j = self.names.index(a), self.names.index(b)
+        if self.decision is not None:
+            signs = {c.pivot: c for c in self._circuits()}
+            out = []
+            for n in self.pivots:
+                c = signs.get(self.names.index(n))
+                v = np.zeros(len(self.names)) if c is None else c.direction
+                both = i in (c.support if c else ()) and j in (c.support if c else ())
+                out.append(int(np.sign(v[i] * v[j])) if both else 0)
+            return out
         vt = self._scaled_transformed()
         scale = np.maximum(np.abs(vt).max(axis=0), 1.0)
         nz = np.abs(vt) > self.zero_tol * scale
@@ -312,17 +340,20 @@ def estimability(
     - `pivots`: the `D_N` quantities defining `V_B1` (eq. 22); default: the set whose
       `V_B1` has the largest `sigma_min / sigma_max` among `pivot_candidates` (default
       all unknowns).
-    - `zero_tol`: basis components below this (absolute, for the orthonormal `V_B`;
-      relative to the largest entry of each column for `V~_B`) count as zero. Default:
-      `max(1e-6, 1000 eps)`, raised to the noise level of the computed null space
-      where the rank is decided here (`ji.linalg.support_threshold`: 10 times Wedin's
-      bound `tau / (sigma_k - tau)` with `tau` the rank rule's threshold), so that a
-      component the accuracy of `DG` cannot tell from zero never makes a quantity
-      non-estimable. The value used is the result's `zero_tol`.
+    - `zero_tol`: the paper's rule instead of the default decision by rank: a quantity
+      is non-estimable when its row of the orthonormal `V_B` has a component above
+      `zero_tol`, and a dependent set holds the entries of a column of `V~_B` above
+      `zero_tol` times its largest. By default (`None`) both are decided by rank
+      (`ji.linalg.dependence`): non-estimable iff the quantity's equilibrated column
+      lies within the rank rule's threshold of the span of the others, and each
+      dependent set is the minimal set whose span the pivot's column lies in. The
+      size of a null-vector component depends on the basis of the null space and on
+      the units; the distance depends on neither.
     - `equilibrate`: `True` (default): the SVD of `DG` with unit column norms, so that
       the nullity, the null basis and its zero entries do not depend on the units of the
       unknowns; `False`: of `DG` as given, the convention of Schumann-Bischoff et al.
-      (2016), for reproducing their numbers.
+      (2016), for reproducing their numbers (with the paper's `zero_tol` rule, default
+      `max(1e-6, 1000 eps)`).
 
     **Returns:** an `Estimability`. With `nullity` given (an int) it is jittable and
     vmappable; otherwise `D_N` is read on the host.
@@ -335,7 +366,7 @@ def estimability(
     DG = jnp.asarray(DG)
     if not jnp.issubdtype(DG.dtype, jnp.floating):
         DG = DG.astype(float)
-    noise_support = zero_tol is None
+    by_rank = zero_tol is None and bool(equilibrate)
     rank, zero_tol = _defaults(DG.dtype, rank, zero_tol)
     if DG.ndim != 2:
         raise ValueError(f"DG must be a matrix, got shape {DG.shape}.")
@@ -352,12 +383,15 @@ def estimability(
         nullity = n_w - int(_decision(rank, svd.s, DG.shape)[0])
         rule = rank.describe(svd.s, DG.shape)
         warn_if_near_threshold(rank, svd.s, DG.shape, "estimability")
-        if noise_support:
-            zero_tol = max(zero_tol, support_threshold(rank, svd.s, DG.shape, zero_tol))
+        decide = rank
     else:
         rule = f"nullity {nullity} given"
+        decide = None
     if not 0 <= nullity <= n_w:
         raise ValueError(f"nullity must lie in [0, {n_w}], got {nullity}.")
+    if decide is None:
+        decide = GivenRank(n_w - int(nullity))
+    decision = _decide(DG, decide) if by_rank else None
     VB = svd.V[:, n_w - nullity :]
     piv = _resolve_pivots(names, pivots, nullity)
     if piv is None:
@@ -366,6 +400,11 @@ def estimability(
         )
         if nullity and isinstance(VB, jax.core.Tracer):
             raise ValueError("Under jit or vmap, pass pivots=... as well as nullity.")
+        if decision is not None and not isinstance(decision.rank, jax.core.Tracer):
+            # pivots among the quantities in a null direction
+            out = np.asarray(decision.non_identifiable)
+            inside = [i for i in cand if out[i]]
+            cand = inside if len(inside) >= nullity else cand
         piv = best_pivots(VB[None], nullity, cand)
     Vt, v, rho = _finish(svd, VB, jnp.asarray(piv, dtype=int))
     return Estimability(
@@ -379,5 +418,13 @@ def estimability(
         transformed=Vt,
         uncertainty=v,
         correlation=rho,
-        zero_tol=float(zero_tol),
+        zero_tol=None if by_rank else float(zero_tol),
+        decision=decision,
     )
+
+
+@eqx.filter_jit
+def _decide(DG: Array, rule: AbstractRankRule) -> Dependence:
+    """The decisions by rank (`ji.linalg.dependence`, no units: only a zero column has
+    no effect), as one compiled call."""
+    return _dependence(DG, rule)

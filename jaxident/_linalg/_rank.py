@@ -24,6 +24,12 @@ class AbstractRankRule(eqx.Module):
         """Return the numerical rank as a traced integer."""
 
     @abc.abstractmethod
+    def threshold(self, sigma: Float[Array, " p"], shape: tuple[int, int]) -> Float[Array, ""]:
+        """The size `tau` below which the rule calls a singular value zero: the one
+        threshold of every decision taken with this rule (the rank, 'no effect' and
+        membership in a non-identifiable direction, `ji.linalg.dependence`)."""
+
+    @abc.abstractmethod
     def describe(self, sigma: Float[Array, " p"] | None = None, shape=None) -> str:
         """A sentence for reports, e.g. `sigma_{k+1} <= 1e-8 * sigma_1`."""
 
@@ -118,6 +124,10 @@ class LargestGap(AbstractRankRule):
 
     min_gap: float = 1e3
 
+    def threshold(self, sigma, shape):
+        """The geometric middle of the gap the rule chooses (`gap_middle`)."""
+        return gap_middle(sigma, self(sigma, shape), shape)
+
     def __call__(self, sigma, shape):
         p = sigma.shape[0]
         if p == 1:
@@ -133,6 +143,39 @@ class LargestGap(AbstractRankRule):
 
     def describe(self, sigma=None, shape=None):
         return f"largest gap sigma_k/sigma_(k+1) (min_gap={self.min_gap:g})"
+
+
+class GivenRank(AbstractRankRule):
+    """The rank `k` given by the caller (a number, not a decision); its threshold is the
+    geometric middle of `sigma_k` and `sigma_{k+1}` (`gap_middle`), where the decisions
+    that follow from `k` (membership in its null directions) are taken."""
+
+    k: int
+
+    def __check_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 0:
+            raise ValueError(f"GivenRank needs a non-negative integer k, got {self.k!r}.")
+
+    def __call__(self, sigma, shape):
+        return jnp.asarray(min(int(self.k), sigma.shape[0]), jnp.int32)
+
+    def threshold(self, sigma, shape):
+        return gap_middle(sigma, self(sigma, shape), shape)
+
+    def describe(self, sigma=None, shape=None):
+        return f"k = {self.k} given"
+
+
+def gap_middle(sigma: Float[Array, " p"], k: Int[Array, ""], shape) -> Float[Array, ""]:
+    """`sqrt(sigma_k sigma_{k+1})`, the geometric middle of the gap below the first `k`
+    singular values (never below rounding level, `max(n, p) eps sigma_1`); rounding
+    level at `k = p`."""
+    p = sigma.shape[0]
+    rounding = max(shape) * eps(sigma) * sigma[0]
+    kept = sigma[jnp.clip(k - 1, 0, p - 1)]
+    dropped = sigma[jnp.clip(k, 0, p - 1)]
+    middle = jnp.sqrt(kept * jnp.maximum(dropped, rounding))
+    return jnp.where(k < p, jnp.maximum(middle, rounding), rounding)
 
 
 def numerical_rank(S: ArrayLike, rank: AbstractRankRule = RelativeTolerance()) -> Int[Array, ""]:
@@ -173,66 +216,36 @@ def with_accuracy(rule: AbstractRankRule, accuracy: float | None) -> AbstractRan
 
 @eqx.filter_jit
 def _decision(rule: AbstractRankRule, sigma, shape):
-    """The rule's rank and threshold (NaN for a rule without one), as one compiled call:
+    """The rule's rank and threshold, as one compiled call:
     on the host, the rule's few array operations would each be compiled on their own."""
-    tol = rule.threshold(sigma, shape) if hasattr(rule, "threshold") else jnp.nan
-    return rule(sigma, shape), tol
+    return rule(sigma, shape), rule.threshold(sigma, shape)
 
 
 def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
     """`(near, message)`: whether the decision of `rule` on the singular values `sigma`
-    would change if the threshold moved by `factor` either way (for a gap rule: whether
-    the gap chosen is smaller than `factor`). Host-side, on concrete values."""
+    would change if the threshold moved by `factor` either way (never below rounding
+    level, `max(n, p) eps sigma_1`, where no decision can move). Host-side, on concrete
+    values."""
     s = np.asarray(sigma, dtype=float)
     if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
         return False, ""
     k, tol = _decision(rule, s, tuple(shape))
-    k = int(k)
-    if hasattr(rule, "threshold"):
-        tol = float(tol)
-        kept = s[k - 1] if k > 0 else np.inf
-        dropped = s[k] if k < s.size else 0.0
-        near = kept < factor * tol or dropped > tol / factor
-        if near:
-            after = (
-                f" and sigma_{k + 1}/sigma_1 = {dropped / s[0]:.2e}"
-                if k < s.size
-                else " (full rank: no sigma_" + f"{k + 1})"
-            )
-            return True, (
-                f"rank {k}: sigma_{k}/sigma_1 = {kept / s[0]:.2e}{after} against the "
-                f"threshold {tol / s[0]:.2e}*sigma_1"
-            )
+    k, tol = int(k), float(tol)
+    rounding = max(shape) * float(np.finfo(s.dtype).eps) * s[0]
+    kept = s[k - 1] if k > 0 else np.inf
+    dropped = s[k] if k < s.size else 0.0
+    near = kept <= factor * tol or dropped > max(tol / factor, rounding)
+    if not near:
         return False, ""
-    if 0 < k < s.size and s[k] > 0 and s[k - 1] / s[k] < factor:
-        return True, f"rank {k}: the gap sigma_{k}/sigma_{k + 1} is only {s[k - 1] / s[k]:.2g}"
-    return False, ""
-
-
-def support_threshold(rule: AbstractRankRule, sigma, shape, floor: float = 1e-6) -> float:
-    """The size below which a component of a computed null (or unresolved) direction is
-    noise, for the singular values `sigma` of an equilibrated matrix whose rank `rule`
-    decides (host-side, on concrete values).
-
-    The rule takes singular values up to its threshold `tau` (for a gap rule: the first
-    one it drops) as the size of the error `E` in the matrix. By Wedin's theorem the
-    computed null space then lies within an angle `tau / (sigma_k - tau)` of the true
-    one (`sigma_k` the smallest kept singular value), so a component up to that size
-    says nothing. The threshold is 10 times that, and at least `floor`; a parameter is
-    called non-identifiable only with a component above it."""
-    s = np.asarray(sigma, dtype=float)
-    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
-        return floor
-    k, tol = _decision(rule, s, tuple(shape))
-    k = int(k)
-    tol = float(tol)
-    if not np.isfinite(tol):
-        tol = s[k] if k < s.size else 0.0
-    if k == 0:
-        return floor
-    gap = s[k - 1] - tol
-    bound = 10.0 * tol / gap if gap > 0 else 1.0
-    return float(min(max(floor, bound), 1.0))
+    after = (
+        f" and sigma_{k + 1}/sigma_1 = {dropped / s[0]:.2e}"
+        if k < s.size
+        else " (full rank: no sigma_" + f"{k + 1})"
+    )
+    return True, (
+        f"rank {k}: sigma_{k}/sigma_1 = {kept / s[0]:.2e}{after} against the "
+        f"threshold {tol / s[0]:.2e}*sigma_1"
+    )
 
 
 def warn_if_near_threshold(rule: AbstractRankRule, sigma, shape, what: str) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ._css._base import AbstractColumnSelectionMethod
+from ._dependence import components, Dependence, dependent_sets
 from ._rank import AbstractRankRule
 from ._results import RESULTS
 
@@ -34,9 +35,16 @@ class Selection(eqx.Module):
     - `swaps`: exchanges or pivot steps made.
     - `result`: status (`RESULTS`); `ok`: whether it is `successful`.
     - `method`, `rank_rule`: what was used, recorded.
+    - `dependence`: which parameters have no effect and which lie in a non-identifiable
+      direction, decided by the rank rule (`ji.linalg.dependence`), or `None` where
+      not asked for (`ji.linalg.column_subset` with `k` given).
 
-    `identifiable` and `non_identifiable` give names (for a single selection);
-    `mask` is the boolean `(p,)` identifiable mask (also for a vmapped batch).
+    `identifiable` and `non_identifiable` give names (for a single selection): the
+    selected columns and the others, as the CSS paper reads them. `groups` says what
+    the selection cannot say by itself: parameters that are non-identifiable together
+    (a minimal dependent set), of which the selection keeps some and fixes the rest,
+    e.g. `a` and `b` where only `a*b` is identifiable: one of `{a, b}`. `mask` is the
+    boolean `(p,)` identifiable mask (also for a vmapped batch).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
@@ -56,6 +64,7 @@ class Selection(eqx.Module):
     method: AbstractColumnSelectionMethod = eqx.field(static=True)
     rank_rule: AbstractRankRule | None = eqx.field(static=True)
     shape: tuple[int, int] = eqx.field(static=True)
+    dependence: Dependence | None = None
 
     @property
     def mask(self) -> Bool[Array, "*batch p"]:
@@ -93,6 +102,34 @@ class Selection(eqx.Module):
         return tuple(self.names[i] for i in np.asarray(self.perm)[int(self.k) :])
 
     @property
+    def no_effect(self) -> tuple[str, ...]:
+        """Parameters whose columns are below the rank rule's threshold in comparable
+        units (single selection; empty without `dependence`)."""
+        self._single()
+        if self.dependence is None:
+            return ()
+        return tuple(n for n, z in zip(self.names, np.asarray(self.dependence.no_effect)) if z)
+
+    @property
+    def groups(self) -> tuple["SelectedGroup", ...]:
+        """The parameters that are non-identifiable together, one `SelectedGroup` per
+        connected set of minimal dependent sets: how many of them the data determine
+        (`kept`, the selected ones) and which (single selection; empty without
+        `dependence`)."""
+        self._single()
+        if self.dependence is None:
+            return ()
+        rejected = [int(i) for i in np.asarray(self.perm)[int(self.k) :]]
+        circuits, _ = dependent_sets(self.dependence, pivots=rejected)
+        sets = [c.involved for c in circuits if c.members]
+        selected = set(int(i) for i in np.asarray(self.perm)[: int(self.k)])
+        out = []
+        for g in components(sets, len(self.names)):
+            kept = tuple(self.names[i] for i in g if i in selected)
+            out.append(SelectedGroup(tuple(self.names[i] for i in g), kept))
+        return tuple(out)
+
+    @property
     def rank_description(self) -> str:
         if self.rank_rule is None:
             return "k given by the caller"
@@ -121,6 +158,10 @@ class Selection(eqx.Module):
             "rho": num(self.rho),
             "swaps": int(self.swaps),
             "status": "successful" if bool(self.ok) else RESULTS[self.result],
+            "no_effect": list(self.no_effect),
+            "groups": [
+                {"parameters": list(g.names), "selected": list(g.kept)} for g in self.groups
+            ],
         }
 
     def __repr__(self) -> str:
@@ -134,6 +175,12 @@ class Selection(eqx.Module):
             f"  k         : {d['k']} of {len(self.names)} identifiable",
             f"  identifiable     : {', '.join(d['identifiable']) or '(none)'}",
             f"  non-identifiable : {', '.join(d['non_identifiable']) or '(none)'}",
+            *[f"    {g}" for g in self.groups],
+            *(
+                [f"    no effect on the outputs: {', '.join(self.no_effect)}"]
+                if self.no_effect
+                else []
+            ),
             "  singular values  : " + ", ".join(f"{v:.3g}" for v in s),
         ]
 
@@ -152,3 +199,25 @@ class Selection(eqx.Module):
         if d["status"] != "successful":
             lines.append(f"  STATUS: {d['status']}")
         return "\n".join(lines)
+
+
+class SelectedGroup(eqx.Module):
+    """Parameters that are non-identifiable together (`names`, a connected set of
+    minimal dependent sets) and the ones a selection kept (`kept`): the data determine
+    `len(kept)` combinations of them, and which members are kept is the selection's
+    choice, not a property of the data."""
+
+    names: tuple[str, ...]
+    kept: tuple[str, ...]
+
+    def __str__(self) -> str:
+        k = len(self.kept)
+        which = f"selected: {', '.join(self.kept)}" if self.kept else "none selected"
+        return (
+            f"{_count(k)} of {{{', '.join(self.names)}}} together ({which}; "
+            "the choice among them is arbitrary)"
+        )
+
+
+def _count(k: int) -> str:
+    return {1: "one", 2: "two", 3: "three"}.get(k, str(k))

@@ -9,6 +9,7 @@ from jaxtyping import Array, ArrayLike
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
+from ._dependence import dependence
 from ._metrics import css_metrics
 from ._misc import after, reduce_to_square, svdvals
 from ._rank import (
@@ -81,13 +82,23 @@ def _selection_message(sel) -> str | None:
 
 
 @eqx.filter_jit
-def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, throw):
+def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, units, decide, throw):
     n, p = S.shape
     finite = jnp.all(jnp.isfinite(S))
     safe = jnp.where(finite, S, 0.0)
     S_eq, c = equilibrate(safe, row_scale)
     rule = rank if k is None else None
-    if k is None:
+    dep = None
+    if decide:
+        # which parameters have no effect and which lie in a non-identifiable direction,
+        # by the rank rule (ji.linalg.dependence): recorded, and k where not given
+        dep = dependence(safe, rank, units, row_scale)
+        dep = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)), dep)
+        safe = after(safe, dep)
+    if k is None and decide and equilibrated:
+        sigma_eq = dep.singular_values
+        k = dep.rank
+    elif k is None:
         # the rank decision, on the equilibrated matrix (unit-free), or on S as given
         sigma_eq = svdvals(reduce_to_square(S_eq if equilibrated else safe))
         k = rank(sigma_eq, (n, p))
@@ -123,6 +134,7 @@ def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, throw):
         method=method,
         rank_rule=rule,
         shape=(n, p),
+        dependence=dep,
     )
     if throw is True:
         out = result.error_if(out, result != RESULTS.successful)
@@ -155,12 +167,16 @@ def select_columns(
     caller: str,
     metrics: bool = True,
     equilibrate: bool = True,
+    units=None,
+    decide: bool | None = None,
 ) -> Selection:
     """The one column-selection driver: checks on the host, then the `_select` kernel.
 
     `S` is a matrix (already through `check_matrix`), `names` a sequence or `None`,
     `row_scale` the per-row scale of the rank decision or `None`, `caller` the public
-    name for warnings."""
+    name for warnings, `units` those of the columns for the "no effect" decision,
+    `decide` whether to record `ji.linalg.dependence` (default: where `k` is not
+    given)."""
     throw = resolve_throw(throw)
     if throw:
         raise_if_nonfinite(S)
@@ -180,8 +196,18 @@ def select_columns(
         raise TypeError(f"rank must be a rank rule such as RelativeTolerance(), got {rank!r}.")
     given = k is not None
     k = check_k(k, p)
+    if decide is None:
+        decide = not given
     if row_scale is not None:
         row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
+    if units is not None:
+        units = jnp.asarray(units, dtype=S.dtype if jnp.issubdtype(S.dtype, jnp.floating) else float)
+        if units.shape != (p,):
+            raise ValueError(f"units must have shape ({p},), one per column, got {units.shape}.")
+        if not isinstance(units, jax.core.Tracer) and not bool(
+            np.all(np.isfinite(np.asarray(units)) & (np.asarray(units) > 0))
+        ):
+            raise ValueError(f"units must be positive and finite, got {np.asarray(units)}.")
     S, power = _power_of_two_scaling(S)
     sel = run_kernel(
         _select,
@@ -193,6 +219,8 @@ def select_columns(
         row_scale,
         bool(metrics),
         bool(equilibrate),
+        units,
+        bool(decide),
         throw=throw,
         message=_selection_message,
         optimize=False,  # compiled for compile time: the same run time (see _config)
@@ -206,6 +234,15 @@ def select_columns(
                 for x in (sel.singular_values, sel.R, sel.scale)
             ),
         )
+        if sel.dependence is not None:
+            sel = eqx.tree_at(
+                lambda s: (s.dependence.norms, s.dependence.effect_threshold),
+                sel,
+                tuple(
+                    jnp.asarray(np.ldexp(np.asarray(x), power))
+                    for x in (sel.dependence.norms, sel.dependence.effect_threshold)
+                ),
+            )
     if not given:
         warn_if_near_threshold(rank, sel.decision_singular_values, S.shape, caller)
     return sel

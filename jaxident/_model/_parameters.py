@@ -23,6 +23,16 @@ def _unknown(name: str, names: Sequence[str]) -> ValueError:
     return ValueError(f"Unknown parameter {name!r}; the parameters are {list(names)}.{hint}")
 
 
+def box_units(lower, upper, theta) -> Array:
+    """The size of a unit move of each parameter on a linear scale, so that columns of a
+    sensitivity matrix compare: the box width `upper - lower`, or `|theta|` where the
+    box is unbounded or empty, or 1 where that is 0 too. Jittable."""
+    lower, upper, theta = (jnp.asarray(a, dtype=float) for a in (lower, upper, theta))
+    width = upper - lower
+    size = jnp.where(theta != 0, jnp.abs(theta), 1.0)
+    return jnp.where(jnp.isfinite(width) & (width > 0), width, size)
+
+
 class Parameters(eqx.Module):
     """The named parameters of a model: names, nominal values and bounds.
 

@@ -319,15 +319,23 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
     Every value is the base model's to the last bit (`w(s) = s` and `w'(s) = 1` at the
     point; only tangents differ), so simulations and step counts do not change. Made
     inside the solves for an ODE model that declares `switching_times` or
-    `event_times`."""
+    `event_times`.
+
+    A switch after `t_end` (the last observation time) does not move: nothing observed
+    depends on it, and its sensitivity is exactly zero (the warp would otherwise stretch
+    the last observed segment, whose tangents cancel only up to the solver's error)."""
 
     base: ODEModel
+    t_end: Float[Array, ""] | None = None
 
     def _segment(self, s, theta):
         """The knot at the start of the segment holding `s` (moving, and at the point)
         and the segment's slope `dt/ds`."""
         t0 = jnp.asarray(self.base.t0, dtype=float)
         tau = _moving_times(self.base, theta)
+        if self.t_end is not None:
+            fixed = lax.stop_gradient(tau)
+            tau = jnp.where(fixed > self.t_end, fixed, tau)
         k = jnp.concatenate([t0[None], jnp.sort(jnp.maximum(tau, t0))])
         kr = lax.stop_gradient(k)
         j = jnp.clip(jnp.searchsorted(kr, s, side="right") - 1, 0, k.size - 1)
@@ -366,9 +374,12 @@ def _moving_times(model: ODEModel, th: ParameterValues):
     return jnp.concatenate([jnp.atleast_1d(jnp.asarray(ts, dtype=float)) for ts in parts])
 
 
-def time_warped(model: AbstractModel, th: ParameterValues) -> AbstractModel:
-    """`TimeWarped(model)` for an ODE model with switching or event times at `th`, else
-    `model`."""
+def time_warped(model: AbstractModel, th: ParameterValues, t_end=None) -> AbstractModel:
+    """`TimeWarped(model, t_end)` for an ODE model with switching or event times at `th`,
+    else `model` (`t_end`: the last observation time, after which a switch moves
+    nothing)."""
     if isinstance(model, (DAEModel, AlgebraicModel, TimeWarped)) or not isinstance(model, ODEModel):
         return model
-    return model if _moving_times(model, th) is None else TimeWarped(model)
+    if _moving_times(model, th) is None:
+        return model
+    return TimeWarped(model, None if t_end is None else jnp.asarray(t_end, dtype=float))

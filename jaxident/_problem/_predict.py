@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._model._base import Integrator
+from .._model._parameters import box_units
 from .._model._checks import check_theta
 from .._runtime._config import solve_optimized
 from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
@@ -354,4 +355,14 @@ def problem_sensitivity(
         scale=SensitivityScale.noise,
         ok=jnp.asarray(bool(np.all(np.asarray(out.ok)))),
         accuracy=accuracy(problem.model, integrator, J.dtype),
+        units=jnp.asarray(estimation_units(problem, check_theta(problem, theta))),
     )
+
+
+def estimation_units(problem: Problem, theta) -> np.ndarray:
+    """The size of a unit move of each parameter on its estimation scale, so that the
+    columns of `problem_sensitivity` compare: 1 on a log scale (the columns are per
+    log unit there, free of the parameter's units), the box width on a linear one
+    (`|theta|` where the box is unbounded, 1 at 0)."""
+    lin = np.asarray(box_units(problem.parameters.lower, problem.parameters.upper, theta))
+    return np.where(np.asarray(problem.scales) == "lin", lin, 1.0)

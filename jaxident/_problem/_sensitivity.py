@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._linalg._misc import after, matmul
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times
+from .._model._parameters import box_units
 from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._runtime._config import solve_optimized
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
@@ -126,7 +127,17 @@ def sensitivity(
         scale=scale,
         ok=ok,
         accuracy=accuracy(model, integrator, S.dtype),
+        units=_model_units(model.parameters, theta, scale),
     )
+
+
+def _model_units(parameters, theta, scale) -> Array:
+    """A model's columns are per unit of each parameter (`scale="none"`): its box width
+    (`|theta|` where the box is unbounded or empty, 1 at 0); per log unit for
+    `"relative"`: 1."""
+    if scale == SensitivityScale.relative:
+        return jnp.ones_like(jnp.asarray(parameters.nominal))
+    return box_units(parameters.lower, parameters.upper, theta)
 
 
 @clean_errors(diagnose=solve_failure_point)

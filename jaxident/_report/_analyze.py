@@ -1,57 +1,38 @@
 """`ji.analyze`: the complete identifiability answer for a model or a problem in one
-call: the numerical rank and its margin, every parameter in a non-identifiable
-direction grouped into dependent sets, the identifiable combinations (monomials read
-off the null space on the log scale, linear combinations otherwise), the column subset
-selection with its metrics, and practical identifiability from the noise model."""
+call: the numerical rank and its margin, the parameters without effect on the outputs,
+every parameter in a non-identifiable direction grouped into minimal dependent sets, the
+identifiable combinations (monomials read off the null directions on the log scale,
+linear combinations otherwise), the column subset selection with its metrics, and
+marginal uncertainties from the noise model. Every decision is the rank rule's
+(`ji.linalg.dependence`); a decision within a factor 10 of its threshold is taken again
+on sensitivities solved 100 times more accurately, and called undecided if it is still
+that close."""
 
 import math
 import warnings
-from collections.abc import Sequence
 from fractions import Fraction
 
+import equinox as eqx
 import numpy as np
 
 from .._fit._profile import profile_problem
 from .._identify._css import select_parameters
-from .._identify._estimability import estimability
 from .._linalg._css._srrqr import StrongRRQR
+from .._linalg._dependence import components, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
     _decision,
     AbstractRankRule,
     near_threshold,
     NearThresholdWarning,
     RelativeTolerance,
-    support_threshold,
     with_accuracy,
 )
 from .._model._base import AbstractModel
 from .._model._checks import check_theta
 from .._problem._base import Experiment, from_scale, Problem
-from .._problem._predict import problem_sensitivity
+from .._problem._predict import estimation_units, problem_sensitivity
 from .._problem._scale import Scale
 from ._result import decades, Group, Report
-
-
-def _components(sets: Sequence[Sequence[str]], names: Sequence[str]) -> list[tuple[str, ...]]:
-    parent = {n: n for n in names}
-
-    def find(a):
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for s in sets:
-        for a in s[1:]:
-            parent[find(a)] = find(s[0])
-    groups: dict[str, list[str]] = {}
-    for s in sets:
-        for a in s:
-            groups.setdefault(find(a), [])
-    for n in names:
-        if find(n) in groups:
-            groups[find(n)].append(n)
-    return [tuple(g) for g in groups.values()]
 
 
 def _integer_vector(v: np.ndarray, max_den: int = 24) -> np.ndarray | None:
@@ -112,9 +93,10 @@ def _combinations(names, N, monomial: bool, log_units: bool):
             if bases:
                 best = min(bases, key=lambda b: int(np.sum(b < 0)))
                 return tuple(_monomial(names, a) for a in best), best
+    # the identifiable combinations in reduced row echelon form (each with its own
+    # leading parameter): the same space as the orthogonal complement, but readable
     texts = []
-    for c in _complement(N).T:
-        c = c / np.abs(c).max()
+    for c in _echelon(_complement(N).T):
         log = "log " if log_units else ""
         terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
         texts.append(f"locally {terms}")
@@ -192,11 +174,6 @@ def _log_columns(S, th, scales):
     return S * np.asarray(col)[None, :], log_ok
 
 
-def _null_log_units(est) -> np.ndarray:
-    N = np.asarray(est.basis) / np.asarray(est.scale)[:, None]
-    return N / np.linalg.norm(N, axis=0, keepdims=True)
-
-
 def _moved(problem, th, size: float = 1.0):
     """A second point, each parameter moved by 10-25% (times `size`; deterministic),
     inside its bounds."""
@@ -217,48 +194,135 @@ def _moved(problem, th, size: float = 1.0):
     return np.asarray(out)
 
 
-def _practical(S, th, scales, keep, rank, threshold):
-    """Standard deviations (estimation units) and weak directions from the Fisher
-    information `S^T S` of the columns `keep`, in decades of each parameter.
+def _rows(problem: Problem, sens) -> np.ndarray:
+    """Row scales for a problem without a noise model (sigma = 1): each row by the RMS
+    value of its output over the data, so that no change of an output's units changes
+    a decision."""
+    which = np.nonzero(np.asarray(problem.observed))[2]
+    y = np.asarray(sens.outputs)[: which.size]
+    scale = np.ones(np.asarray(sens.matrix).shape[0])
+    for o in np.unique(which):
+        rms = math.sqrt(float(np.mean(y[which == o] ** 2)))
+        scale[: which.size][which == o] = rms if rms > 0 and math.isfinite(rms) else 1.0
+    return scale
 
-    The SVD of the equilibrated columns (never `S^T S`, which squares the condition
-    number and rounds a small eigenvalue to zero or below) splits the directions into
-    those the rank rule resolves and those it does not. The covariance is the inverse on
-    the resolved subspace; a parameter with a component above the noise level
-    (`support_threshold`) in an unresolved direction has std inf, and one below it is
-    not touched by that direction: a near-null direction never spreads inf to every
-    parameter."""
-    p = len(th)
-    std = np.full(p, np.inf)
-    if not keep:
-        return std, []
-    per_decade = decades(np.ones(p), th, scales)
-    G = np.where(per_decade > 0, 1 / per_decade, 1.0)[keep]  # estimation units per decade
-    A = S[:, keep] * G[None, :]  # columns in decades
+
+def _finer(integrator):
+    """The integrator at 100 times tighter tolerances (rtol never below 1e-13)."""
+    rtol = max(float(integrator.rtol) / 100.0, 1e-13)
+    atol = float(integrator.atol) * rtol / float(integrator.rtol)
+    return eqx.tree_at(lambda i: (i.rtol, i.atol), integrator, (rtol, atol))
+
+
+def _decide(problem, th, integrator, rank, method, noise_model, throw=True):
+    """The sensitivities at `th` and every decision on them: the selection, whose
+    `dependence` holds the rank, 'no effect' and membership (one rule, one matrix);
+    `None` where the solve fails and `throw` is off. `rank` is `None` for the default
+    rule at the accuracy of these sensitivities."""
+    sens = problem_sensitivity(problem, th, integrator=integrator, throw=throw)
+    if not bool(sens.ok):
+        return None
+    S = np.asarray(sens.matrix)
+    rows = None if noise_model else _rows(problem, sens)
+    rule = with_accuracy(RelativeTolerance(), sens.accuracy) if rank is None else rank
+    with warnings.catch_warnings():  # one decision, one warning (in analyze)
+        warnings.simplefilter("ignore", NearThresholdWarning)
+        sel = select_parameters(
+            S if rows is None else S / rows[:, None],
+            problem.parameters.names,
+            method=method,
+            rank=rule,
+            units=estimation_units(problem, th),
+        )
+    return sens, rule, sel
+
+
+def _group_directions(circuits, g, scale, plu):
+    """The null directions of the circuits in group `g` (index tuple), on the log scale
+    of each parameter (`plu`: estimation units per log unit, 1 where a parameter stays
+    linear), restricted to the group and orthonormal (`len(g) x d`)."""
+    V = np.stack([c.direction for c in circuits if set(c.involved) <= set(g)], axis=1)
+    W = (V / scale[:, None] / plu[:, None])[list(g)]
+    Q, R = np.linalg.qr(W)
+    return Q[:, np.abs(np.diag(R)) > 1e-12 * np.abs(R).max()]
+
+
+def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
+    """Per group (its null directions on the log scale, `p x d`), whether they are null
+    directions at a second point too (each parameter moved by 10-25%, less where the
+    model cannot be solved there): a scaling symmetry, `theta_i -> c^a_i theta_i`, has
+    the same null directions on the log scale everywhere."""
+    if not groups_log:
+        return []
+    for size in (1.0, 0.2, 0.04):
+        th2 = _moved(problem, th, size)
+        sens2 = problem_sensitivity(problem, th2, integrator=integrator, throw=False)
+        if bool(sens2.ok):
+            break
+    else:
+        return [False] * len(groups_log)
+    A = _log_columns(np.asarray(sens2.matrix), th2, problem.scales)[0]
     c = np.linalg.norm(A, axis=0)
     c = np.where(c > 0, c, 1.0)
-    _, s, Vt = np.linalg.svd(A / c, full_matrices=True)
-    s = np.concatenate([s, np.zeros(len(keep) - s.size)])
-    k = int(_decision(rank, s, A.shape)[0]) if s[0] > 0 else 0
-    W = Vt[:k].T / s[:k] / c[:, None]  # covariance = W W^T, in decades
-    dec = np.sqrt(np.sum(W**2, axis=1))
-    unresolved = np.linalg.norm(Vt[k:].T, axis=1) if k < len(keep) else np.zeros(len(keep))
-    dec[unresolved > support_threshold(rank, s, A.shape)] = np.inf
-    std[keep] = dec * G
-    weak = []
-    P, sd, _ = np.linalg.svd(W, full_matrices=False)  # covariance eigen-directions
-    for j in range(k):
+    A = A / c
+    s = np.linalg.svd(np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False)
+    tau = float(_decision(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
+    out = []
+    for W, idx in groups_log:
+        ok = bool(np.all(log_ok[list(idx)]))
+        for w in W.T:
+            v = w * c
+            ok = ok and float(np.linalg.norm(A @ v)) <= tau * float(np.linalg.norm(v))
+        out.append(ok)
+    return out
+
+
+def _marginal(S, keep, rank):
+    """Marginal standard deviations (estimation units) from the pseudo-inverse of the
+    Fisher information `S^T S` on the subspace the rank resolves (the `rank` largest
+    singular directions of the equilibrated columns `keep`), and the factor `W`
+    (`p x rank`, zero rows outside `keep`) with covariance `W W^T`.
+
+    Every identifiable combination is free to move, so a parameter's standard deviation
+    is its marginal one, not conditional on holding the non-identifiable ones fixed
+    (which freezes combinations the data do determine). The SVD of the equilibrated
+    columns is used, never `S^T S`, which squares the condition number; a thin QR
+    first, so that memory grows with the data only as `S` does."""
+    n, p = S.shape
+    W = np.zeros((p, rank))
+    keep = np.asarray(keep, dtype=int)
+    if keep.size == 0 or rank == 0:
+        return np.full(p, np.inf), W
+    A = S[:, keep]
+    c = np.linalg.norm(A, axis=0)
+    c = np.where(c > 0, c, 1.0)
+    A = A / c
+    R = np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A
+    _, s, Vt = np.linalg.svd(R, full_matrices=False)
+    r = min(rank, int(np.sum(s > 0)))
+    W[keep, :r] = Vt[:r].T / s[:r] / c[:, None]
+    return np.sqrt(np.sum(W**2, axis=1)), W
+
+
+def _weak(W, th, scales, usable, threshold):
+    """Eigen-directions of the marginal covariance of the `usable` parameters (those
+    with a size to measure decades by), in decades, whose standard deviation exceeds
+    `threshold`: `(1 / std, std, direction)`, each direction's largest component
+    positive (an SVD's sign is LAPACK's or a GPU's choice)."""
+    p = len(th)
+    idx = np.flatnonzero(usable)
+    if idx.size == 0 or W.shape[1] == 0:
+        return []
+    per_decade = decades(np.ones(p), th, scales)[idx]
+    P, sd, _ = np.linalg.svd(W[idx] * per_decade[:, None], full_matrices=False)
+    out = []
+    for j in range(sd.size):
         if sd[j] > threshold:
             v = np.zeros(p)
-            v[keep] = P[:, j]
-            weak.append((1 / sd[j], float(sd[j]), v))
-    for j in range(k, len(keep)):
-        v = np.zeros(p)
-        v[keep] = Vt[j] / c
-        weak.append((float(s[j]), math.inf, v / np.linalg.norm(v)))
-    # a direction's sign is the SVD's choice: its largest component is made positive, so
-    # that a report reads the same whatever LAPACK (or a GPU) computed it
-    return std, [(a, b, v if v[np.argmax(np.abs(v))] > 0 else -v) for a, b, v in weak]
+            v[idx] = P[:, j]
+            v = v if v[np.argmax(np.abs(v))] > 0 else -v
+            out.append((1.0 / float(sd[j]), float(sd[j]), v))
+    return out
 
 
 def analyze(
@@ -281,32 +345,49 @@ def analyze(
     - `target`: a `ji.Problem` (several experiments, a noise model, parameters on their
       estimation scales; e.g. from `ji.petab.load`) or a model (one experiment at
       `model.times`, without data; with `sigma`, a scalar, one per output or one per
-      datum `(n_times, n_outputs)`, as its noise model, else sigma = 1; for a
-      relative error model, build a `ji.Problem` with the data).
+      datum `(n_times, n_outputs)`, as its noise model, else sigma = 1, and each
+      output's rows scaled by its RMS value for the decisions; for a relative error
+      model, build a `ji.Problem` with the data).
     - `theta`: the parameters (on the estimation scale for a problem); default nominal.
     - `rank`: the rank rule (default `RelativeTolerance` at the accuracy of the
       sensitivities); `method`: the column subset selection (default `StrongRRQR()`).
-    - `threshold`: in decades: an identifiable parameter whose standard deviation
-      exceeds it (one decade by default, i.e. a 1-sigma interval wider than a factor 10
-      either way) is flagged as practically non-identifiable. A parameter at 0 on a
-      linear scale has no size to measure decades by: its standard deviation is
-      reported as it is, and not flagged.
+    - `threshold`: in decades: an identifiable parameter whose marginal standard
+      deviation exceeds it (one decade by default, i.e. a 1-sigma interval wider than a
+      factor 10 either way) is flagged as practically non-identifiable. A parameter at
+      (or within 1e-9 of its box width of) 0 on a linear scale has no size to measure
+      decades by: its standard deviation is reported as it is, and not flagged.
     - `sigma`: for a model, its noise model (see `target`); without it every datum has
       sigma = 1 and the standard deviations, and so the practical verdicts, scale with
       the true noise level (the report says so).
-    - `integrator`: a `ji.Integrator` for the sensitivities (default the model's; a
-      smaller `rtol` gives more accurate sensitivities where a decision is a close call).
+    - `integrator`: a `ji.Integrator` for the sensitivities (default the model's).
     - `name`: the report's title (default the problem's or the model's name).
     - `progress`: a progress bar for the profiles.
 
-    Non-identifiable directions are found on the log scale of each parameter (for a
-    parameter estimated on a linear scale, the column is multiplied by its value). A
-    group whose null directions there are the same at a second point (each parameter
-    moved by 10-25%, or less where the model cannot be solved there) is a scaling
-    symmetry: `prod theta_i^a_i` cannot be determined
-    for a null vector `a`, and the monomials orthogonal to every null vector can
-    (`beta*I0`, `k1*V`), reported with small integer exponents. Otherwise the group's
-    identifiable linear combinations (of the log parameters) at `theta` are reported.
+    **How it decides** (all by the rank rule's threshold `tau`, `ji.linalg.dependence`):
+
+    - *No effect*: a column whose norm on the estimation scale (times the box width
+      for a linear-scale parameter) is below `tau` times the largest.
+    - *Non-identifiable*: a parameter whose equilibrated column lies within `tau` of
+      the span of the others (moving it alone, with the best compensation, changes the
+      outputs by no more than the rank rule resolves). Its minimal dependent sets, the
+      null directions (as many as `p - rank`, each checked) and the identifiable
+      combinations follow. No threshold on the components of a null vector, whose sizes
+      depend on the SVD's basis and the units.
+    - *Undecided*: where a decision sits within a factor 10 of its threshold, the
+      sensitivities are solved again at 100 times tighter tolerances (`rtol / 100`)
+      and the decisions taken again; a parameter whose decision is still that close is
+      undecided at this accuracy, never called identifiable.
+
+    A group whose null directions on the log scale are null directions at a second
+    point too (each parameter moved by 10-25%, or less where the model cannot be solved
+    there) is a scaling symmetry: `prod theta_i^a_i` cannot be determined for a null
+    vector `a`, and the monomials orthogonal to every null vector can (`beta*I0`,
+    `k1*V`), reported with small integer exponents. Otherwise the group's identifiable
+    linear combinations (of the log parameters) at `theta` are reported.
+
+    The standard deviations are marginal: from the pseudo-inverse of the Fisher
+    information on the subspace the rank resolves, every identifiable combination free
+    to move; infinite for the non-identifiable parameters (they lie in null directions).
 
     - `profile`: confirm each practically non-identifiable parameter by its profile
       likelihood (`ji.profile_problem`, 9 values over `threshold` decades either side,
@@ -325,22 +406,37 @@ def analyze(
         problem = Problem(target, Experiment(times, sigma=1.0 if sigma is None else sigma))
     if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold > 0):
         raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
-    sens = problem_sensitivity(problem, theta, integrator=integrator)
-    S = np.asarray(sens.matrix)
-    names = problem.parameters.names
     th = np.asarray(check_theta(problem, theta), dtype=float)
-    rank = with_accuracy(RelativeTolerance() if rank is None else rank, sens.accuracy)
-    S_log, log_ok = _log_columns(S, th, problem.scales)
-    with warnings.catch_warnings():  # one decision, one warning (below)
-        warnings.simplefilter("ignore", NearThresholdWarning)
-        est = estimability(S_log, names, rank=rank)
-        selection = select_parameters(sens, method=method, rank=rank)
+    names = problem.parameters.names
     p = len(names)
-    k = p - est.nullity
-    s = np.asarray(est.singular_values)
+    base = problem.model.integrator if integrator is None else integrator
+    sens, rule, sel = _decide(problem, th, integrator, rank, method, noise_model)
+    accuracy = sens.accuracy
+    resolved = None
+    if np.any(np.asarray(sel.dependence.near)) and sens.accuracy is not None:
+        # the same threshold (the question asked), on sensitivities with more digits:
+        # a quantity that was near it because of the solver's error moves away from it;
+        # one that is truly of its size stays near it (undecided)
+        finer = _finer(base)
+        again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
+        resolved = float(finer.rtol)
+        if again is None:
+            resolved = -resolved  # the finer solve failed: the first decisions stand
+        else:
+            sens, rule, sel = again
+    dep = sel.dependence
+    finer_accuracy = None
+    near_now = np.asarray(dep.near)
+    if resolved is not None and resolved > 0:
+        finer_accuracy = sens.accuracy
+        near_now = np.asarray(near_at_accuracy(dep, finer_accuracy))
+    S = np.asarray(sens.matrix)
+    k = int(dep.rank)
+    s = np.asarray(dep.singular_values)
     rel = s / s[0] if s[0] > 0 else s
-    margin = float(s[k - 1] / s[k]) if 0 < k < p and s[k] > 0 else math.inf
-    near, near_msg = near_threshold(rank, s, S_log.shape)
+    p_effect = p - int(np.sum(np.asarray(dep.no_effect)))
+    margin = float(s[k - 1] / s[k]) if 0 < k < p_effect and s[k] > 0 else math.inf
+    near, near_msg = near_threshold(rule, s, S.shape)
     if near:
         warnings.warn(
             f"analyze: the numerical rank is close to the threshold ({near_msg}); a change "
@@ -349,47 +445,41 @@ def analyze(
             NearThresholdWarning,
             stacklevel=2,
         )
-    non_id = tuple(n for n in names if n not in est.estimable)
+    circuits, undecided = dependent_sets(dep)
+    undecided = undecided | near_now
+    zero_column = np.asarray(dep.no_effect)
+    no_effect = zero_column & ~undecided
+    member = np.asarray(dep.dependent)
+    scale = np.asarray(dep.scale)
+    lin = from_scale(th, problem.scales)
+    log_ok = np.array([sc != Scale.lin or v != 0 for sc, v in zip(problem.scales, lin)])
+    plu = np.array(
+        [Scale(sc).per_log_unit(v) if ok else 1.0 for sc, v, ok in zip(problem.scales, lin, log_ok)]
+    )
+    dependent = [c for c in circuits if c.members]
+    index_groups = components([c.involved for c in dependent], p)
+    groups_log = [(_group_directions(dependent, g, scale, plu), g) for g in index_groups]
+    symmetric = _symmetric(problem, th, base, rule, _groups_full(groups_log, p), log_ok)
     groups = []
-    if est.nullity:
-        N = _null_log_units(est)
-        # A scaling symmetry (theta_i -> c^a_i theta_i) has the same null direction on
-        # the log scale everywhere: compare with the null space at a second point
-        # (each parameter moved by up to 25%, on its estimation scale).
-        P2 = None
-        for size in (1.0, 0.2, 0.04):  # smaller moves where the model cannot be solved
-            th2 = _moved(problem, th, size)
-            sens2 = problem_sensitivity(problem, th2, integrator=integrator, throw=False)
-            if not bool(sens2.ok):
-                continue
-            S2 = np.asarray(sens2.matrix)
-            V2 = np.linalg.svd(_log_columns(S2, th2, problem.scales)[0] / est.scale[None, :])[2]
-            P2 = V2[p - est.nullity :].T  # the null space there, equilibrated units
-            break
-        for g in _components(est.dependent_sets, names):
-            idx = [names.index(n) for n in g]
-            U, sv, _ = np.linalg.svd(N[idx], full_matrices=False)
-            d = int(np.sum(sv > 1e-8 * max(sv.max(), 1e-300)))
-            Ng = U[:, :d]
-            # the group's null directions, back in equilibrated units, must lie in the
-            # null space at the second point
-            full = np.zeros((p, d))
-            full[idx] = Ng * np.asarray(est.scale)[idx, None]
-            full /= np.linalg.norm(full, axis=0, keepdims=True)
-            off = np.inf if P2 is None else np.linalg.norm(full - P2 @ (P2.T @ full))
-            symmetric = bool(np.all(log_ok[idx]) and off < 1e-4)
-            texts, exps = _combinations(g, Ng, symmetric, bool(np.all(log_ok[idx])))
-            groups.append(Group(tuple(g), Ng, texts, exps is not None, exps))
-    # practical identifiability: the Fisher information with the non-identifiable
-    # parameters held fixed, on the subspace the rank rule resolves
-    keep = [i for i, n in enumerate(names) if n not in non_id]
-    std, weak = _practical(S, th, problem.scales, keep, rank, threshold)
+    for (Ng, g), sym in zip(groups_log, symmetric):
+        gnames = tuple(names[i] for i in g)
+        texts, exps = _combinations(gnames, Ng, sym, bool(np.all(log_ok[list(g)])))
+        groups.append(Group(gnames, Ng, texts, exps is not None, exps))
+    decided_out = no_effect | (member & ~undecided)
+    non_id = tuple(n for n, o in zip(names, decided_out) if o)
+    # marginal uncertainties on the resolved subspace; inf in the null directions
+    std, W = _marginal(S, np.flatnonzero(~zero_column), k)
+    std = np.where(zero_column | member, np.inf, std)
+    units = estimation_units(problem, th)
+    dec_std = decades(std, th, problem.scales, units)
+    sized = np.isfinite(decades(np.ones(p), th, problem.scales, units))
+    usable = ~(zero_column | member | undecided) & sized
+    weak = _weak(W, th, problem.scales, usable, threshold)
     g = decades(np.ones(p), th, problem.scales)
     g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
-    dec_std = decades(std, th, problem.scales)
     profiles = {}
     if profile:
-        for n in [names[i] for i in range(p) if names[i] not in non_id and dec_std[i] > threshold]:
+        for n in [names[i] for i in range(p) if usable[i] and dec_std[i] > threshold]:
             i = names.index(n)
             values = th[i] + np.linspace(-1.0, 1.0, 9) * threshold * g[i]
             lo, up = problem.parameters.lower[i], problem.parameters.upper[i]
@@ -403,12 +493,12 @@ def analyze(
         theta=th,
         scales=problem.scales,
         singular_values=rel,
-        rank=int(k),
-        rank_rule=est.rank_rule,
+        rank=k,
+        rank_rule=rule.describe(s, S.shape),
         margin=margin,
         non_identifiable=non_id,
         groups=tuple(groups),
-        selection=selection,
+        selection=sel,
         std=std,
         threshold=float(threshold),
         weak_directions=tuple(weak),
@@ -416,4 +506,31 @@ def analyze(
         n_data=int(S.shape[0]),
         near_threshold=near_msg if near else None,
         profiles=profiles,
+        no_effect=tuple(n for n, z in zip(names, no_effect) if z),
+        undecided=tuple(n for n, u in zip(names, undecided) if u),
+        units=units,
+        accuracy=accuracy,
+        resolved_rtol=resolved,
+        distance=np.asarray(dep.distance) / float(dep.threshold) if float(dep.threshold) > 0 else np.asarray(dep.distance),
+        null_directions=tuple(
+            _log_direction(c.direction, scale, plu) for c in circuits
+        ),
     )
+
+
+def _groups_full(groups_log, p):
+    """The groups' directions as `p`-vectors (zero outside the group)."""
+    out = []
+    for Ng, g in groups_log:
+        W = np.zeros((p, Ng.shape[1]))
+        W[list(g)] = Ng
+        out.append((W, g))
+    return out
+
+
+def _log_direction(v, scale, plu):
+    """A null direction from equilibrated units to the log scale of each parameter,
+    unit norm, its largest component positive."""
+    w = v / scale / plu
+    w = w / np.linalg.norm(w)
+    return w if w[np.argmax(np.abs(w))] > 0 else -w

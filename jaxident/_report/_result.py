@@ -38,21 +38,33 @@ class Report(eqx.Module):
       relative to the largest; `rank`, `rank_rule`, `margin` (`sigma_k / sigma_{k+1}`,
       inf at full rank), `near_threshold` (a sentence when the decision would change if
       the threshold moved by a factor 10, else `None`).
-    - `non_identifiable`: every parameter with a component in a non-identifiable
-      direction above the noise level of the computed null space
-      (`ji.linalg.support_threshold`, stated in `ji.estimability`); `groups`: those
-      parameters in dependent sets (`Group`), with the identifiable combinations;
-      `identifiable`: the rest.
+    - `no_effect`: parameters whose columns (on the estimation scale, times the box
+      width on a linear one: `units`) are below the rank rule's threshold: they do not
+      change the outputs.
+    - `non_identifiable`: those, and every parameter whose equilibrated column lies
+      within the rank rule's threshold of the span of the others (`distance`, in units
+      of that threshold, is at most 1), decided by rank (`ji.linalg.dependence`);
+      `groups`: the latter in connected sets of minimal dependent sets (`Group`), with
+      their null directions and identifiable combinations; `null_directions`: every
+      null direction on the log scale of each parameter (one per no-effect parameter,
+      one per pivot of a dependent set: `p - rank` of them where every decision fits).
+    - `undecided`: parameters whose decision was within a factor 10 of its threshold
+      on the most accurate sensitivities computed (`resolved_rtol`: the tolerance they
+      were re-solved at, negative where that solve failed, `None` where none was
+      needed; `accuracy`: of the sensitivities decided on). They are neither
+      identifiable nor non-identifiable at this accuracy.
+    - `identifiable`: the rest.
     - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
-    - `std`: the standard deviation of each parameter on its estimation scale from the
-      Fisher information (inf for non-identifiable parameters; the others with those
-      held fixed, from the SVD of the weighted columns on the subspace the rank rule
-      resolves: a direction it does not resolve gives inf only to the parameters with a
-      component above the noise level in it), `decades`: the same in decades (log10
-      units); `threshold` and `practically_non_identifiable` (identifiable parameters above it);
-      `weak_directions`: `(sigma, std, direction)` of Fisher eigen-directions whose
-      standard deviation exceeds the threshold (each with its largest component
-      positive).
+    - `std`: the marginal standard deviation of each parameter on its estimation scale,
+      from the pseudo-inverse of the Fisher information on the subspace the rank
+      resolves (every identifiable combination free to move, not conditional on fixing
+      the non-identifiable parameters); inf for the non-identifiable parameters.
+      `decades`: the same in decades (log10 units; NaN for a linear-scale parameter at
+      or within 1e-9 of its box width of 0); `threshold` and
+      `practically_non_identifiable` (identifiable parameters above it);
+      `weak_directions`: `(1 / std, std, direction)` of the eigen-directions of the
+      marginal covariance in decades whose standard deviation exceeds the threshold
+      (each with its largest component positive).
     - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
       `n_data`: the number of rows (observed data).
     """
@@ -75,6 +87,13 @@ class Report(eqx.Module):
     n_data: int
     near_threshold: str | None = None
     profiles: dict = eqx.field(default_factory=dict)
+    no_effect: tuple[str, ...] = ()
+    undecided: tuple[str, ...] = ()
+    units: np.ndarray | None = None
+    accuracy: float | None = None
+    resolved_rtol: float | None = None
+    distance: np.ndarray | None = None
+    null_directions: tuple = ()
 
     def profile_confirms(self, name: str) -> bool | None:
         """Whether the profile of `name` (from `ji.analyze(..., profile=True)`) stays
@@ -89,19 +108,19 @@ class Report(eqx.Module):
 
     @property
     def identifiable(self) -> tuple[str, ...]:
-        return tuple(n for n in self.names if n not in self.non_identifiable)
+        out = set(self.non_identifiable) | set(self.undecided)
+        return tuple(n for n in self.names if n not in out)
 
     @property
     def decades(self) -> np.ndarray:
-        return decades(self.std, self.theta, self.scales)
+        return decades(self.std, self.theta, self.scales, self.units)
 
     @property
     def practically_non_identifiable(self) -> tuple[str, ...]:
         d = self.decades
+        ident = set(self.identifiable)
         return tuple(
-            n
-            for i, n in enumerate(self.names)
-            if n not in self.non_identifiable and d[i] > self.threshold
+            n for i, n in enumerate(self.names) if n in ident and d[i] > self.threshold
         )
 
     @property
@@ -126,7 +145,16 @@ class Report(eqx.Module):
             "margin": num(self.margin),
             "near_threshold": self.near_threshold,
             "singular_values": [num(x) for x in self.singular_values],
+            "accuracy": None if self.accuracy is None else num(self.accuracy),
+            "resolved_rtol": None if self.resolved_rtol is None else num(self.resolved_rtol),
+            "no_effect": list(self.no_effect),
             "non_identifiable": list(self.non_identifiable),
+            "undecided": list(self.undecided),
+            "distance": None
+            if self.distance is None
+            else {n: num(d) for n, d in zip(self.names, self.distance)},
+            "null_directions": [_direction_dict(self.names, v) for v in self.null_directions],
+            "std_kind": "marginal",
             "groups": [
                 {
                     "parameters": list(g.names),
@@ -168,33 +196,69 @@ class Report(eqx.Module):
     def __str__(self) -> str:
         p = len(self.names)
         lines = [f"Identifiability of {self.name}: {p} parameters"]
-        margin = "full rank" if not math.isfinite(self.margin) else f"gap {self.margin:.3g}"
+        if self.rank == p:
+            margin = "full rank"
+        elif not math.isfinite(self.margin):
+            margin = "no null direction among the columns with an effect"
+        else:
+            margin = f"gap {self.margin:.3g}"
         lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
-        if self.near_threshold:
+        if self.near_threshold and self.resolved_rtol is not None and self.resolved_rtol > 0:
+            lines.append(
+                f"  CLOSE CALL: {self.near_threshold}: a threshold 10 times larger or smaller "
+                "would change the rank (the sensitivities re-solved at rtol = "
+                f"{self.resolved_rtol:.0e} place each decision on its side of this one)"
+            )
+        elif self.near_threshold:
             lines.append(
                 f"  CLOSE CALL: {self.near_threshold}; more accurate sensitivities "
                 "(integrator=ji.Integrator(rtol=...), --solver-rtol) may change it"
             )
-        if not self.non_identifiable:
-            lines.append("  every parameter is structurally identifiable (locally, here)")
-        else:
+        if self.resolved_rtol is not None:
+            if self.resolved_rtol > 0:
+                lines.append(
+                    "  a decision was within a factor 10 of its threshold: decided again on "
+                    f"sensitivities solved at rtol = {self.resolved_rtol:.0e}"
+                )
+            else:
+                lines.append(
+                    "  a decision was within a factor 10 of its threshold, and the solve at "
+                    f"rtol = {-self.resolved_rtol:.0e} failed: the decisions stand as they are"
+                )
+        if self.no_effect:
             lines.append(
-                f"  {len(self.non_identifiable)} non-identifiable: "
-                + ", ".join(self.non_identifiable)
+                f"  {len(self.no_effect)} without effect on the outputs (column below the "
+                f"threshold): {', '.join(self.no_effect)}"
             )
-            for g in self.groups:
-                d = g.directions.shape[1]
-                head = f"    {{{', '.join(g.names)}}}"
-                if not g.combinations:
-                    lines.append(f"{head}: no effect on the outputs")
-                elif g.monomial or len(g.combinations) <= 2:
-                    lines.append(f"{head}: identifiable only {'; '.join(g.combinations)}")
-                else:
-                    lines.append(
-                        f"{head}: {d} non-identifiable direction(s), {len(g.combinations)} "
-                        "identifiable linear combinations of the log parameters near theta "
-                        "(Report.groups)"
-                    )
+        dependent = [n for n in self.non_identifiable if n not in self.no_effect]
+        if dependent:
+            d = sum(g.directions.shape[1] for g in self.groups)
+            lines.append(
+                f"  {len(dependent)} non-identifiable (in {d} null direction(s) with others): "
+                + ", ".join(dependent)
+            )
+        for g in self.groups:
+            d = g.directions.shape[1]
+            head = f"    {{{', '.join(g.names)}}}"
+            if not g.combinations:
+                lines.append(f"{head}: no combination of them is identifiable")
+            elif g.monomial or len(g.combinations) <= 2:
+                lines.append(f"{head}: identifiable only {'; '.join(g.combinations)}")
+            else:
+                lines.append(
+                    f"{head}: {d} non-identifiable direction(s), {len(g.combinations)} "
+                    "identifiable linear combinations of the log parameters near theta "
+                    "(Report.groups)"
+                )
+        if self.undecided:
+            at = "" if self.accuracy is None else f" (sensitivities accurate to {self.accuracy:.0e})"
+            lines.append(
+                f"  UNDECIDED at this accuracy{at}: {', '.join(self.undecided)}; neither "
+                "identifiable nor non-identifiable (a decision within a factor 10 of its "
+                "threshold)"
+            )
+        if self.rank == p and not self.no_effect and not self.undecided:
+            lines.append("  every parameter is structurally identifiable (locally, here)")
         sel = self.selection.to_dict()
 
         def fmt(v):
@@ -204,6 +268,8 @@ class Report(eqx.Module):
             f"  column subset selection ({type(self.selection.method).__name__}, "
             f"k={sel['k']}): " + ", ".join(sel["identifiable"])
         )
+        for g in self.selection.groups:
+            lines.append(f"    {g}")
         g2 = fmt(sel["gamma2"])
         if sel["gamma2"] is None:
             g2 += " (k = p)" if sel["k"] == p else " (sigma_(k+1) at rounding level)"
@@ -215,7 +281,8 @@ class Report(eqx.Module):
             )
         noise = "noise model" if self.noise_model else "sigma = 1 (no noise model given)"
         lines.append(
-            f"  practical identifiability ({noise}; threshold {self.threshold:g} decade(s)):"
+            f"  practical identifiability ({noise}; marginal standard deviations, every "
+            f"identifiable combination free; threshold {self.threshold:g} decade(s)):"
         )
         if not self.noise_model:
             lines.append(
@@ -226,14 +293,18 @@ class Report(eqx.Module):
         dec = self.decades
         for i, n in enumerate(self.names):
             flag = ""
-            if n in self.non_identifiable:
+            if n in self.no_effect:
+                flag = "  no effect"
+            elif n in self.non_identifiable:
                 flag = "  non-identifiable"
+            elif n in self.undecided:
+                flag = "  UNDECIDED"
             elif dec[i] > self.threshold:
                 flag = "  PRACTICALLY NON-IDENTIFIABLE"
             size = (
                 f"{float(dec[i]):.3g} decades"
                 if np.isfinite(dec[i]) or np.isinf(self.std[i])
-                else "at 0: no decades"
+                else "near 0: absolute, no decades"
             )
             lines.append(
                 f"    {n:<{w}}  {self.scales[i]:>5} {float(self.theta[i]):>11.4g}  "
@@ -272,14 +343,18 @@ def _direction_text(names, v) -> str:
     return " ".join(f"{x:+.2f} {n}" for n, x in zip(names, v) if abs(x) > 0.05 * big)
 
 
-def decades(std, theta, scales) -> np.ndarray:
+def decades(std, theta, scales, units=None) -> np.ndarray:
+    """Standard deviations on the estimation scale in decades (log10 units). A
+    linear-scale parameter at 0, or within `1e-9 units` of it (`units`: its box width),
+    has no size to measure decades by: NaN."""
+    units = np.ones(len(scales)) if units is None else np.asarray(units, dtype=float)
     out = []
-    for s, t, sc in zip(np.asarray(std), np.asarray(theta), scales):
+    for s, t, sc, u in zip(np.asarray(std), np.asarray(theta), scales, units):
         if sc == Scale.log10:
             out.append(s)
         elif sc == Scale.log:
             out.append(s / math.log(10))
         else:
-            # a parameter at 0 has no size to measure decades by
-            out.append(s / (abs(t) * math.log(10)) if t != 0 else math.nan)
+            near_zero = t == 0 or abs(t) <= 1e-9 * u
+            out.append(math.nan if near_zero else s / (abs(t) * math.log(10)))
     return np.asarray(out, dtype=float)

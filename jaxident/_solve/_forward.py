@@ -234,7 +234,7 @@ def _column_scale(theta: Array, M: Array) -> Array:
 def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M, observed=None):
     """Integrate `(z, Z)`; return the flat outputs, their LD-derivatives `(rows, k)` and
     the `Solved` record of the state (`observed`: see `forward_sensitivities`)."""
-    model = time_warped(model, model.parameters.view(theta))
+    model = time_warped(model, model.parameters.view(theta), jnp.max(times))
     view = model.parameters.view
     th = view(theta)
     c = _column_scale(theta, M)

@@ -36,6 +36,11 @@ class Sensitivity(eqx.Module):
     - `ok`: `False` where the solve failed (only with `throw=False`; the matrix is NaN).
     - `accuracy`: the relative accuracy of the entries (`10 rtol` of the integrator, see
       `ji.Integrator`); the default rank rules ask for no more digits than this.
+    - `units`: `(p,)`, the size of a unit move of each parameter on the columns' scale
+      (1 where the column is per log unit, the box width where it is per unit of the
+      parameter), so that column norms compare for the "no effect" decision
+      (`ji.linalg.dependence`); `None` where unknown (only a zero column has no
+      effect then).
     """
 
     matrix: Float[Array, "rows p"]
@@ -48,6 +53,7 @@ class Sensitivity(eqx.Module):
     )
     ok: Bool[Array, ""]
     accuracy: float | None = eqx.field(static=True, default=None)
+    units: Float[Array, " p"] | None = None
 
     @property
     def n_outputs(self) -> int:

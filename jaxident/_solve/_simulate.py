@@ -411,7 +411,7 @@ def solve(
     th = model.parameters.view(theta)
     if isinstance(model, AlgebraicModel):
         return _solve_algebraic(model, th, times)
-    model = time_warped(model, th)
+    model = time_warped(model, th, jnp.max(times))
     if isinstance(model, DAEModel):
         x0, w0, init_ok = consistent_initial_values(model, th, integrator)
         term = diffrax.ODETerm(dae_vector_field(model, integrator))

@@ -10,6 +10,13 @@ from .._linalg._css._lrrqr import LRRQR as LRRQR
 from .._linalg._css._qrcp import QRCP as QRCP
 from .._linalg._css._rrqr import RRQR as RRQR
 from .._linalg._css._srrqr import StrongRRQR as StrongRRQR
+from .._linalg._dependence import (
+    Circuit as Circuit,
+    components as components,
+    dependence as dependence,
+    Dependence as Dependence,
+    dependent_sets as dependent_sets,
+)
 from .._linalg._metrics import css_metrics as css_metrics, srrqr_rho as srrqr_rho
 from .._linalg._misc import qrcp as qrcp, reduce_to_square as reduce_to_square
 from .._linalg._nullspace import (
@@ -21,10 +28,10 @@ from .._linalg._nullspace import (
 from .._linalg._rank import (
     AbsoluteTolerance as AbsoluteTolerance,
     AbstractRankRule as AbstractRankRule,
+    GivenRank as GivenRank,
     LargestGap as LargestGap,
     numerical_rank as numerical_rank,
     RelativeTolerance as RelativeTolerance,
-    support_threshold as support_threshold,
 )
 from .._linalg._ranking import (
     AbstractRankingCriterion as AbstractRankingCriterion,

@@ -1,0 +1,262 @@
+"""Every claim of `ji.analyze` at the nominal parameters, checked against central finite
+differences (FD) of the outputs, on every problem of the public PEtab benchmark
+collection (Hass et al. 2019, https://github.com/Benchmarking-Initiative/Benchmark-Models-PEtab;
+fetched, not shipped: BSD-3).
+
+    git clone --depth 1 https://github.com/Benchmarking-Initiative/Benchmark-Models-PEtab /tmp/bm
+    python benchmarks/check_collection.py /tmp/bm/Benchmark-Models            # every problem
+    python benchmarks/check_collection.py /tmp/bm/Benchmark-Models Brannmark_JBC2010 Rahman_MBS2016
+
+Each problem runs in a fresh process (its own time limit, `--timeout`, and its peak
+memory). The FD reference is the noise-weighted residuals (and the noise rows
+`sqrt(2) d log sigma` where sigma depends on the parameters) at `rtol = 1e-11`, central
+differences in each parameter's estimation units (a step `h` of 1e-4 decades on a log
+scale, 1e-4 of the box width on a linear one), and again at `h / 4`; their difference is
+the FD's own error. Every column of `S` is normalised by its comparable size (the
+largest column norm in the problem's units: `Sensitivity.units`) before comparing.
+
+The claims, and how each is checked (`tau`: the report's relative threshold, `e`: the
+FD error relative to the largest column):
+
+- *no effect* on `p`: its FD column is at most `10 max(tau, e)`.
+- each *null direction* `v` (one per no-effect parameter and per pivot of a dependent
+  set): `|S_FD v|` at most `10 max(tau, e)` of the largest column.
+- *non-identifiable* `p` (in a null direction): its FD distance to the span of the
+  others is at most `10 max(tau, e)` (relative to its own column).
+- *identifiable* `p`: its FD distance is at least a tenth of the report's, unless both
+  lie under the FD's resolution (then unresolved, not contradicted).
+- *marginal std* of an identifiable parameter: within 10% of the FD's (the same
+  rank, pseudo-inverse on the resolved subspace), where FD resolves it.
+
+A claim is *confirmed*, *contradicted*, or *unresolved* (FD cannot tell); the table
+counts them. Results go to `benchmarks/results/check_collection.json`; the table in
+benchmarks/README.md is copied from the printout.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+ONE = r"""
+import json, sys, time, resource, math
+import numpy as np
+import equinox as eqx
+import jaxident as ji
+from jaxident._problem._predict import estimation_units
+from jaxident._problem._base import from_scale
+
+path, out = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+problem = ji.petab.load(path)
+t_load = time.perf_counter() - t0
+t0 = time.perf_counter()
+rep = ji.analyze(problem, progress=False)
+t_analyze = time.perf_counter() - t0
+rss_analyze = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+names = list(problem.parameters.names)
+p = len(names)
+th = np.asarray(problem.parameters.nominal, dtype=float)
+units = estimation_units(problem, th)
+base = problem.model.integrator
+fine = eqx.tree_at(lambda i: (i.rtol, i.atol), base, (1e-11, base.atol * 1e-11 / base.rtol))
+observed = np.asarray(problem.observed)
+noisy = observed & np.asarray(problem.noise_outputs)[None, None, :]
+
+def rows(theta):
+    out = ji.predict(problem, theta, integrator=fine)
+    r = np.asarray(out.residuals)[observed]
+    if noisy.any():
+        r = np.concatenate([r, math.sqrt(2) * np.log(np.asarray(out.sigma)[noisy])])
+    return r
+
+def fd(h):
+    cols = []
+    for i in range(p):
+        e = np.zeros(p)
+        e[i] = h * units[i]
+        cols.append((rows(th + e) - rows(th - e)) / (2 * h * units[i]))
+    return np.stack(cols, axis=1)
+
+t0 = time.perf_counter()
+J1, J2 = fd(1e-4), fd(2.5e-5)
+t_fd = time.perf_counter() - t0
+# Richardson: the central difference's h^2 term removed; its error, their difference
+J = (16 * J2 - J1) / 15
+U = J * units  # columns comparable (estimation scale; box width on a linear one)
+top = np.linalg.norm(U, axis=0).max()
+err = np.linalg.norm((J2 - J1) * units, axis=0) / top  # per column, relative to the top
+e_all = float(max(np.max(err), 1e-12))
+sens = ji.problem_sensitivity(problem)
+acc = float(sens.accuracy)
+tau = acc if rep.accuracy is None else float(rep.accuracy)
+tau = max(tau, max(U.shape) * np.finfo(float).eps)
+limit = 10 * max(tau, e_all)
+claims = []
+
+def claim(kind, what, status, value, bound):
+    claims.append({"kind": kind, "what": what, "status": status, "value": float(value), "bound": float(bound)})
+
+norms = np.linalg.norm(U, axis=0) / top
+for n in rep.no_effect:
+    i = names.index(n)
+    status = "confirmed" if norms[i] <= limit else "contradicted"
+    claim("no effect", n, status, norms[i], limit)
+# the report's null directions are on the log scale of each parameter: back to the
+# estimation scale
+lin = from_scale(th, problem.scales)
+plu = np.array([
+    (1 / math.log(10) if s == "log10" else 1.0 if s == "log" else (v if v != 0 else 1.0))
+    for s, v in zip(problem.scales, lin)
+])
+for v in rep.null_directions:
+    w = v * plu
+    w = w / np.linalg.norm(w / units)  # unit move in comparable units
+    r = np.linalg.norm(J @ w) / top
+    bound = limit
+    status = "confirmed" if r <= bound else "contradicted"
+    claim("null direction", " ".join(f"{x:+.2f} {n}" for n, x in zip(names, v) if abs(x) > 0.05), status, r, bound)
+# distances on the FD Jacobian, equilibrated over the columns with an effect
+zero = np.array([n in rep.no_effect for n in names])
+A = U[:, ~zero]
+c = np.linalg.norm(A, axis=0)
+A = A / np.where(c > 0, c, 1.0)
+_, s, Vt = np.linalg.svd(A, full_matrices=False)
+floor = np.finfo(float).eps * s[0]
+d_fd = np.full(p, np.nan)
+d_fd[~zero] = 1 / np.sqrt(np.sum((Vt.T / np.maximum(s, floor)) ** 2, axis=1))
+e_col = np.full(p, np.nan)
+e_col[~zero] = err[~zero] * top / np.where(c > 0, c, 1.0)  # FD error relative to each column
+d_rep = np.asarray(rep.distance) * tau * s[0] if rep.distance is not None else np.full(p, np.nan)
+tau_abs = tau * s[0]
+for i, n in enumerate(names):
+    if zero[i] or n in rep.undecided:
+        continue
+    resolution = 10 * max(e_col[i], 1e-12)
+    if n in rep.non_identifiable:
+        bound = 10 * max(tau_abs, resolution)
+        status = "confirmed" if d_fd[i] <= bound else "contradicted"
+        claim("non-identifiable", n, status, d_fd[i], bound)
+    else:
+        if d_rep[i] <= resolution and d_fd[i] <= resolution:
+            status = "unresolved"
+        else:
+            status = "confirmed" if d_fd[i] >= d_rep[i] / 10 else "contradicted"
+        claim("identifiable", n, status, d_fd[i], d_rep[i] / 10)
+# marginal std from the FD Jacobian (same rank, pseudo-inverse on the resolved subspace)
+k = rep.rank
+keep = np.flatnonzero(~zero)
+JA = J[:, keep]
+cj = np.linalg.norm(JA, axis=0)
+cj = np.where(cj > 0, cj, 1.0)
+_, sj, Vj = np.linalg.svd(JA / cj, full_matrices=False)
+W = Vj[:k].T / sj[:k] / cj[:, None]
+std_fd = np.full(p, np.inf)
+std_fd[keep] = np.sqrt(np.sum(W**2, axis=1))
+for i, n in enumerate(names):
+    if n in rep.identifiable and np.isfinite(rep.std[i]) and d_fd[i] > 100 * max(e_col[i], 1e-12):
+        rel = abs(rep.std[i] - std_fd[i]) / std_fd[i]
+        claim("marginal std", n, "confirmed" if rel <= 0.1 else "contradicted", rel, 0.1)
+json.dump({
+    "p": p, "n": int(sens.matrix.shape[0]), "rank": rep.rank,
+    "no_effect": list(rep.no_effect), "non_identifiable": list(rep.non_identifiable),
+    "undecided": list(rep.undecided), "groups": [list(g.names) for g in rep.groups],
+    "n_null_directions": len(rep.null_directions), "resolved_rtol": rep.resolved_rtol,
+    "load_s": t_load, "analyze_s": t_analyze, "fd_s": t_fd, "fd_error": e_all, "tau": tau,
+    "peak_mb_analyze": rss_analyze,
+    "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "claims": claims,
+}, open(out, "w"), indent=1)
+"""
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", help="the Benchmark-Models folder of a checkout of the collection")
+    ap.add_argument("problems", nargs="*", help="problem names (default: every folder)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per problem")
+    ap.add_argument("--out", default=str(HERE / "results" / "check_collection.json"))
+    args = ap.parse_args(argv)
+    root = pathlib.Path(args.root)
+    if not root.is_dir():
+        sys.exit(
+            f"{root} is not a folder. Clone the collection first:\n"
+            "  git clone --depth 1 https://github.com/Benchmarking-Initiative/"
+            "Benchmark-Models-PEtab /tmp/bm\nand give /tmp/bm/Benchmark-Models."
+        )
+    names = args.problems or sorted(d.name for d in root.iterdir() if d.is_dir())
+    out_path = pathlib.Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    for name in names:
+        yaml = root / name / f"{name}.yaml"
+        if not yaml.exists():
+            results[name] = {"error": f"no {yaml.name}"}
+            continue
+        tmp = out_path.with_name(f".{name}.json")
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", ONE, str(yaml), str(tmp)],
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+            )
+            if proc.returncode == 0:
+                results[name] = json.loads(tmp.read_text())
+            else:
+                last = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+                results[name] = {"error": last[-1][:300] if last else f"exit {proc.returncode}"}
+        except subprocess.TimeoutExpired:
+            results[name] = {"error": f"over {args.timeout:.0f} s"}
+        results[name]["wall_s"] = time.perf_counter() - t0
+        tmp.unlink(missing_ok=True)
+        out_path.write_text(json.dumps(results, indent=1))
+        print(_row(name, results[name]), flush=True)
+    print()
+    print(table(results))
+
+
+def _row(name, r) -> str:
+    if "error" in r:
+        return f"{name}: not checked ({r['error']})"
+    counts = {}
+    for c in r["claims"]:
+        counts[c["status"]] = counts.get(c["status"], 0) + 1
+    return f"{name}: {counts}"
+
+
+def table(results) -> str:
+    head = (
+        "| problem | p | rank | no effect | non-identifiable (groups) | undecided | "
+        "claims confirmed / contradicted / unresolved | analyze s | peak MB |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for name, r in sorted(results.items()):
+        if "error" in r:
+            lines.append(f"| {name} | | | | | | not checked: {r['error'][:80]} | | |")
+            continue
+        count = {k: 0 for k in ("confirmed", "contradicted", "unresolved")}
+        for c in r["claims"]:
+            count[c["status"]] += 1
+        groups = len(r["groups"])
+        dep = len(r["non_identifiable"]) - len(r["no_effect"])
+        lines.append(
+            f"| {name} | {r['p']} | {r['rank']} | {len(r['no_effect'])} | {dep} ({groups}) | "
+            f"{len(r['undecided'])} | {count['confirmed']} / {count['contradicted']} / "
+            f"{count['unresolved']} | {r['analyze_s']:.1f} | {r['peak_mb']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    main()
