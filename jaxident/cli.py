@@ -399,15 +399,32 @@ def cmd_analyze(args) -> int:
         wb = max(len(b) for b in box)
         for i, name in enumerate(model.parameters.names):
             bar = "#" * int(round(30 * freq[name]))
-            print(f"  {name:<{w}} {box[i]:<{wb}}  identifiable in {100 * freq[name]:6.2f}% {bar}")
+            extra = ""
+            if freq.non_identifiable and freq.non_identifiable[name] > 0:
+                extra = (
+                    f"  (in a non-identifiable group in {100 * freq.non_identifiable[name]:.0f}%)"
+                )
+            print(
+                f"  {name:<{w}} {box[i]:<{wb}}  selected in {100 * freq[name]:6.2f}% {bar}{extra}"
+            )
+        for names, kept, f in freq.groups:
+            print(
+                f"  {{{', '.join(names)}}}: non-identifiable together in {100 * f:.0f}% of the "
+                f"samples; the selection keeps {kept} of them there, which ones is arbitrary"
+            )
         if ks.size:
             vals, counts = np.unique(ks, return_counts=True)
+            what = "k chosen by hand" if args.k is not None else "numerical rank over samples"
             dist = ", ".join(f"k={v}: {c}" for v, c in zip(vals, counts))
-            print(f"  numerical rank over samples: {dist}")
+            print(f"  {what}: {dist}")
         report["samples"] = {
             "n": args.samples,
             "failed": res.n_failed,
-            "frequency": freq,
+            "frequency": dict(freq),
+            "groups": [
+                {"parameters": list(g), "selected": kept, "fraction": f}
+                for g, kept, f in freq.groups
+            ],
             "rank_counts": {int(v): int(c) for v, c in zip(*np.unique(ks, return_counts=True))},
         }
 

@@ -58,7 +58,8 @@ def selection(selection, ax=None, *, title: str | None = None):
 def frequency(
     freq: Mapping[str, float], ax=None, *, n: int | None = None, title: str | None = None
 ):
-    """How often each parameter was selected as identifiable over a sweep."""
+    """How often each parameter was selected as identifiable over a sweep (blue: in at
+    least half of the samples, red: less)."""
     ax = _axes(ax)
     names = list(freq)
     values = np.array([freq[k] for k in names])
@@ -79,7 +80,7 @@ def frequency(
     ax.set_xticks(
         np.arange(len(names)), names, rotation=45 if rot else 0, ha="right" if rot else "center"
     )
-    ax.set_ylabel("fraction identifiable")
+    ax.set_ylabel("fraction of samples selected")
     ax.axhline(0.5, color="0.6", ls="--", lw=1)
     ax.set_title(title or ("selection frequency" + (f" over {n} samples" if n else "")))
     return ax
@@ -262,9 +263,11 @@ def waterfall(fits, ax=None):
 
 def report(rep, *, title: str | None = None):
     """The figure of a `ji.analyze` report: the singular values of the equilibrated
-    sensitivity matrix (the rank marked), and each parameter's standard deviation in
-    decades against the threshold (non-identifiable parameters at the top, in red;
-    practically non-identifiable ones in orange)."""
+    sensitivity matrix (the rank marked), and each parameter's marginal standard
+    deviation in decades against the threshold: non-identifiable parameters (inf) at
+    the axis' end in red, undecided ones in gray, practically non-identifiable ones in
+    orange, the rest in blue; a linear-scale parameter at 0 has no decades (no bar,
+    its absolute std written beside it). Returns the figure."""
     import matplotlib.pyplot as plt
 
     p = len(rep.names)
@@ -286,20 +289,34 @@ def report(rep, *, title: str | None = None):
     dec = np.asarray(rep.decades, float)
     finite = dec[np.isfinite(dec)]
     top = max(10 * rep.threshold, finite.max() * 3 if finite.size else 1.0)
-    shown = np.where(np.isfinite(dec), dec, top)
-    colors = [
-        "tab:red"
-        if n in rep.non_identifiable
-        else ("tab:orange" if d > rep.threshold else "tab:blue")
-        for n, d in zip(rep.names, dec)
-    ]
+    shown = np.where(np.isfinite(dec), dec, np.where(np.isnan(dec), 0.0, top))
+    undecided = set(getattr(rep, "undecided", ()))
+
+    def color(n, d):
+        if n in rep.non_identifiable:
+            return "tab:red"
+        if n in undecided:
+            return "0.6"
+        return "tab:orange" if d > rep.threshold else "tab:blue"
+
     y = np.arange(p)
-    a2.barh(y, shown, color=colors)
+    a2.barh(y, shown, color=[color(n, d) for n, d in zip(rep.names, dec)])
+    for i in np.flatnonzero(np.isnan(dec)):
+        a2.annotate(
+            f"std {float(rep.std[i]):.3g} (absolute: at 0)",
+            (rep.threshold / 100, y[i]),
+            va="center",
+            fontsize="x-small",
+        )
     a2.set_xscale("log")
     a2.axvline(rep.threshold, color="0.3", ls="--", lw=1, label=f"threshold {rep.threshold:g}")
     a2.set_yticks(y, rep.names, fontsize="small")
     a2.invert_yaxis()
-    a2.set_xlabel("standard deviation (decades); red: non-identifiable")
+    a2.set_xlabel(
+        "marginal standard deviation (decades); red: non-identifiable, orange: above the "
+        "threshold, gray: undecided",
+        fontsize="small",
+    )
     a2.set_title("practical identifiability")
     a2.legend(frameon=False, fontsize="small", loc="lower right")
     fig.suptitle(title or rep.name)

@@ -33,7 +33,8 @@ def test_analyze_with_samples_plot_and_json(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "non-identifiable : alpha" in out
-    assert "identifiable in" in out and "0 failed" in out
+    assert "selected in" in out and "0 failed" in out
+    assert "k chosen by hand: k=3: 24" in out and "numerical rank over samples" not in out
     assert png.stat().st_size > 10_000
     report = json.loads(js.read_text())
     assert report["nominal"]["non_identifiable"] == ["alpha"]

@@ -110,7 +110,15 @@ def test_near_the_threshold_and_given_rank():
     the middle of the gap below its `k`."""
     rng = np.random.default_rng(4)
     B = np.linalg.qr(rng.standard_normal((30, 4)))[0]
-    S = np.column_stack([B, B[:, 0] + B[:, 1] + 3e-8 * B[:, 2] + 3e-7 * np.linalg.qr(rng.standard_normal((30, 5)))[0][:, 4]])
+    S = np.column_stack(
+        [
+            B,
+            B[:, 0]
+            + B[:, 1]
+            + 3e-8 * B[:, 2]
+            + 3e-7 * np.linalg.qr(rng.standard_normal((30, 5)))[0][:, 4],
+        ]
+    )
     dep = L.dependence(jnp.asarray(S), ji.RelativeTolerance(1e-7))
     assert bool(np.asarray(dep.near).any())
     far = L.dependence(jnp.asarray(S), ji.RelativeTolerance(1e-4))

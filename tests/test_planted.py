@@ -91,7 +91,11 @@ def test_decisions_do_not_move_with_scales_or_order():
     all_log = ji.Problem(
         problem.model,
         ji.Experiment(np.asarray(problem.times[0]), sigma=np.asarray(problem.sigma[0])),
-        ji.Parameters(params.names[::-1], np.asarray(from_scale(params.nominal, problem.scales))[::-1], rel=0.5),
+        ji.Parameters(
+            params.names[::-1],
+            np.asarray(from_scale(params.nominal, problem.scales))[::-1],
+            rel=0.5,
+        ),
         scales={n: "log10" for n in params.names},
     )
     rep2 = ji.analyze(all_log, progress=False)

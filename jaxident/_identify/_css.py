@@ -3,8 +3,8 @@ Haider, Saibaba & Smith 2022)."""
 
 from collections.abc import Sequence
 
-import numpy as np
 import jax
+import numpy as np
 from jaxtyping import ArrayLike
 
 from .._linalg._css._base import AbstractColumnSelectionMethod
@@ -28,6 +28,7 @@ def select_parameters(
     throw: bool | None = None,
     equilibrate: bool = True,
     units: ArrayLike | None = None,
+    decide: bool | None = None,
 ) -> Selection:
     """Split the parameters into identifiable and non-identifiable ones by column subset
     selection on the sensitivity matrix (Pearce et al. 2022, section 4).
@@ -63,9 +64,12 @@ def select_parameters(
       outputs is told apart before equilibration; without them only a zero column has
       no effect.
 
-    Which parameters are non-identifiable together is decided by the rank rule as
-    well (`ji.linalg.dependence`, the result's `dependence`), whatever `k`: the
-    result's `groups` list them, with the members the selection kept.
+    - `decide`: record which parameters have no effect and which are non-identifiable
+    together, by the rank rule (`ji.linalg.dependence`, the result's `dependence`;
+    its `groups` then list the sets, with the members the selection kept). Default:
+    where the rank is decided (`k` not given); `True` with a `k` of your own too. It
+    costs `p` SVDs of `p x p` matrices, little next to a sensitivity solve but not
+    next to a selection alone on large matrices.
 
     **Returns:** a `Selection`. Jittable and vmappable over `S`.
 
@@ -103,7 +107,7 @@ def select_parameters(
         "select_parameters",
         equilibrate=equilibrate,
         units=units,
-        decide=True,
+        decide=decide,
     )
 
 
@@ -139,7 +143,7 @@ def identifiability_frequency(selections: Selection) -> "SelectionFrequency":
     counts: dict[tuple, int] = {}
     host = jax.tree.map(np.asarray, selections)
     for i in np.flatnonzero(ok & np.asarray(dep.dependent).any(axis=-1)):
-        one = jax.tree.map(lambda x: x[i], host)
+        one = jax.tree.map(lambda x, i=i: x[i], host)
         for g in one.groups:
             key = (g.names, len(g.kept))
             counts[key] = counts.get(key, 0) + 1

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.linalg as sl
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._linalg._dependence import dependence as _dependence, Dependence, dependent_sets
+from .._linalg._dependence import Dependence, dependence as _dependence, dependent_sets
 from .._linalg._misc import matmul
 from .._linalg._rank import (
     _decision,

@@ -33,7 +33,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg as sl
 from jaxtyping import Array, Bool, Float, Int
 
 from ._misc import after, column_norms, eps, matmul, reduce_to_square, svdvals, vector_norm
@@ -178,7 +177,9 @@ def near_at_accuracy(dep: Dependence, accuracy: float, factor: float = 10.0) -> 
     quantity is placed on one side of its threshold once its error cannot reach it."""
     s1 = dep.singular_values[..., 0]
     top = jnp.max(dep.norms, axis=-1)
-    near_c = jnp.abs(dep.norms - dep.effect_threshold[..., None]) <= factor * accuracy * top[..., None]
+    near_c = (
+        jnp.abs(dep.norms - dep.effect_threshold[..., None]) <= factor * accuracy * top[..., None]
+    )
     near_c = near_c & (dep.effect_threshold[..., None] > 0)
     near_d = jnp.abs(dep.distance - dep.threshold[..., None]) <= factor * accuracy * s1[..., None]
     return near_c | (~dep.no_effect & near_d)
@@ -279,7 +280,9 @@ def null_pivots(A: np.ndarray, columns, preferred, nullity: int) -> np.ndarray:
     return np.asarray([columns[i] for i in chosen], dtype=int)
 
 
-def dependent_sets(dep: Dependence, pivots=None) -> tuple[list[Circuit], np.ndarray]:
+def dependent_sets(
+    dep: Dependence, pivots=None, undecided=None
+) -> tuple[list[Circuit], np.ndarray]:
     """The minimal dependent sets of a single `Dependence` (concrete values), and which
     parameters are undecided because the decisions do not fit together. A column with
     no effect is a set of its own (no members, its unit vector as direction).
@@ -292,9 +295,10 @@ def dependent_sets(dep: Dependence, pivots=None) -> tuple[list[Circuit], np.ndar
     rejected), one circuit per pivot that is `dependent`, in their order, on the basis
     of the other columns that are neither pivots nor without effect.
 
-    Undecided are also: a pivot whose circuit leaves its column farther than the
+    Undecided are also: the columns `undecided` marks on entry (e.g. decisions near
+    their thresholds), a pivot whose circuit leaves its column farther than the
     threshold (its null direction does not verify), and a dependent column in no
-    circuit.
+    circuit. Undecided columns in a circuit are named in its `involved`.
 
     **Returns:** `(circuits, undecided)`, the latter a boolean `(p,)` mask.
     """
@@ -303,18 +307,20 @@ def dependent_sets(dep: Dependence, pivots=None) -> tuple[list[Circuit], np.ndar
     no_effect = np.asarray(dep.no_effect, bool)
     dependent = np.asarray(dep.dependent, bool)
     p = R.shape[1]
-    undecided = np.zeros(p, bool)
+    undecided = np.zeros(p, bool) if undecided is None else np.array(undecided, bool)
     with_effect = np.flatnonzero(~no_effect)
     zero = []
     for i in np.flatnonzero(no_effect) if pivots is None else pivots:
         if no_effect[int(i)]:
             e = np.zeros(p)
             e[int(i)] = 1.0
-            zero.append(Circuit(pivot=int(i), members=(), direction=e, residual=0.0, involved=(int(i),)))
+            zero.append(
+                Circuit(pivot=int(i), members=(), direction=e, residual=0.0, involved=(int(i),))
+            )
     if pivots is None:
         nullity = with_effect.size - int(dep.rank)
         piv = null_pivots(R, with_effect, np.flatnonzero(dependent), nullity)
-        undecided[piv] = ~dependent[piv]
+        undecided[piv] |= ~dependent[piv]
         left_out = set(int(j) for j in piv)
     else:
         left_out = set(int(j) for j in pivots)

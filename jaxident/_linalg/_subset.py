@@ -201,7 +201,9 @@ def select_columns(
     if row_scale is not None:
         row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
     if units is not None:
-        units = jnp.asarray(units, dtype=S.dtype if jnp.issubdtype(S.dtype, jnp.floating) else float)
+        units = jnp.asarray(
+            units, dtype=S.dtype if jnp.issubdtype(S.dtype, jnp.floating) else float
+        )
         if units.shape != (p,):
             raise ValueError(f"units must have shape ({p},), one per column, got {units.shape}.")
         if not isinstance(units, jax.core.Tracer) and not bool(

@@ -14,8 +14,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._model._base import Integrator
-from .._model._parameters import box_units
 from .._model._checks import check_theta
+from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
 from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
 from .._solve._forward import accuracy, forward_sensitivities

@@ -11,8 +11,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._linalg._misc import after, matmul
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times
-from .._model._parameters import box_units
 from .._model._nonsmooth import directions_matrix as directions_matrix
+from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
 from .._runtime._context import clean_errors, resolve_throw, run_kernel
 from .._solve._forward import accuracy, forward_sensitivities

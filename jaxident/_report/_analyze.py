@@ -265,7 +265,9 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
     c = np.linalg.norm(A, axis=0)
     c = np.where(c > 0, c, 1.0)
     A = A / c
-    s = np.linalg.svd(np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False)
+    s = np.linalg.svd(
+        np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False
+    )
     tau = float(_decision(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
     out = []
     for W, idx in groups_log:
@@ -445,8 +447,7 @@ def analyze(
             NearThresholdWarning,
             stacklevel=2,
         )
-    circuits, undecided = dependent_sets(dep)
-    undecided = undecided | near_now
+    circuits, undecided = dependent_sets(dep, undecided=near_now)
     zero_column = np.asarray(dep.no_effect)
     no_effect = zero_column & ~undecided
     member = np.asarray(dep.dependent)
@@ -511,10 +512,10 @@ def analyze(
         units=units,
         accuracy=accuracy,
         resolved_rtol=resolved,
-        distance=np.asarray(dep.distance) / float(dep.threshold) if float(dep.threshold) > 0 else np.asarray(dep.distance),
-        null_directions=tuple(
-            _log_direction(c.direction, scale, plu) for c in circuits
-        ),
+        distance=np.asarray(dep.distance) / float(dep.threshold)
+        if float(dep.threshold) > 0
+        else np.asarray(dep.distance),
+        null_directions=tuple(_log_direction(c.direction, scale, plu) for c in circuits),
     )
 
 

@@ -119,9 +119,7 @@ class Report(eqx.Module):
     def practically_non_identifiable(self) -> tuple[str, ...]:
         d = self.decades
         ident = set(self.identifiable)
-        return tuple(
-            n for i, n in enumerate(self.names) if n in ident and d[i] > self.threshold
-        )
+        return tuple(n for i, n in enumerate(self.names) if n in ident and d[i] > self.threshold)
 
     @property
     def combinations(self) -> tuple[str, ...]:
@@ -203,27 +201,28 @@ class Report(eqx.Module):
         else:
             margin = f"gap {self.margin:.3g}"
         lines.append(f"  numerical rank {self.rank} of {p} ({self.rank_rule}; {margin})")
-        if self.near_threshold and self.resolved_rtol is not None and self.resolved_rtol > 0:
+        if self.near_threshold:
+            resolved = self.resolved_rtol is not None and self.resolved_rtol > 0
             lines.append(
                 f"  CLOSE CALL: {self.near_threshold}: a threshold 10 times larger or smaller "
-                "would change the rank (the sensitivities re-solved at rtol = "
-                f"{self.resolved_rtol:.0e} place each decision on its side of this one)"
-            )
-        elif self.near_threshold:
-            lines.append(
-                f"  CLOSE CALL: {self.near_threshold}; more accurate sensitivities "
-                "(integrator=ji.Integrator(rtol=...), --solver-rtol) may change it"
+                "would change the rank"
+                + (
+                    ""
+                    if resolved
+                    else "; more accurate sensitivities (integrator=ji.Integrator(rtol=...), "
+                    "--solver-rtol) may change it"
+                )
             )
         if self.resolved_rtol is not None:
             if self.resolved_rtol > 0:
                 lines.append(
-                    "  a decision was within a factor 10 of its threshold: decided again on "
-                    f"sensitivities solved at rtol = {self.resolved_rtol:.0e}"
+                    "  decisions within a factor 10 of their thresholds were taken again on "
+                    f"sensitivities solved at rtol = {self.resolved_rtol:.0e} (same thresholds)"
                 )
             else:
                 lines.append(
-                    "  a decision was within a factor 10 of its threshold, and the solve at "
-                    f"rtol = {-self.resolved_rtol:.0e} failed: the decisions stand as they are"
+                    "  decisions within a factor 10 of their thresholds could not be taken again: "
+                    f"the solve at rtol = {-self.resolved_rtol:.0e} failed"
                 )
         if self.no_effect:
             lines.append(
@@ -251,7 +250,9 @@ class Report(eqx.Module):
                     "(Report.groups)"
                 )
         if self.undecided:
-            at = "" if self.accuracy is None else f" (sensitivities accurate to {self.accuracy:.0e})"
+            at = (
+                "" if self.accuracy is None else f" (sensitivities accurate to {self.accuracy:.0e})"
+            )
             lines.append(
                 f"  UNDECIDED at this accuracy{at}: {', '.join(self.undecided)}; neither "
                 "identifiable nor non-identifiable (a decision within a factor 10 of its "
@@ -331,6 +332,9 @@ class Report(eqx.Module):
         return self.__str__()
 
     def plot(self, **kwargs):
+        """The report as a figure (`ji.plot.report`): the singular values with the rank
+        marked, and each parameter's marginal standard deviation in decades against the
+        threshold. Returns the matplotlib figure."""
         return plot.report(self, **kwargs)
 
 

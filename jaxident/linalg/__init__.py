@@ -13,8 +13,8 @@ from .._linalg._css._srrqr import StrongRRQR as StrongRRQR
 from .._linalg._dependence import (
     Circuit as Circuit,
     components as components,
-    dependence as dependence,
     Dependence as Dependence,
+    dependence as dependence,
     dependent_sets as dependent_sets,
 )
 from .._linalg._metrics import css_metrics as css_metrics, srrqr_rho as srrqr_rho
