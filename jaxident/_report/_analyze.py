@@ -13,6 +13,7 @@ import warnings
 from fractions import Fraction
 
 import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 from .._fit._profile import profile_problem
@@ -207,11 +208,14 @@ def _rows(problem: Problem, sens) -> np.ndarray:
     return scale
 
 
-def _finer(integrator):
-    """The integrator at 100 times tighter tolerances (rtol never below 1e-13)."""
-    rtol = max(float(integrator.rtol) / 100.0, 1e-13)
+def _tolerances(integrator, factor: float = 1.0):
+    """The integrator with its tolerances as arrays (traced in the compiled solve, so
+    that a re-solve at other tolerances reuses its compilation), `factor` times tighter
+    (rtol never below 1e-13)."""
+    rtol = max(float(integrator.rtol) / factor, 1e-13)
     atol = float(integrator.atol) * rtol / float(integrator.rtol)
-    return eqx.tree_at(lambda i: (i.rtol, i.atol), integrator, (rtol, atol))
+    as_array = (jnp.asarray(rtol, dtype=float), jnp.asarray(atol, dtype=float))
+    return eqx.tree_at(lambda i: (i.rtol, i.atol), integrator, as_array)
 
 
 def _decide(problem, th, integrator, rank, method, noise_model, throw=True):
@@ -411,15 +415,15 @@ def analyze(
     th = np.asarray(check_theta(problem, theta), dtype=float)
     names = problem.parameters.names
     p = len(names)
-    base = problem.model.integrator if integrator is None else integrator
-    sens, rule, sel = _decide(problem, th, integrator, rank, method, noise_model)
+    base = _tolerances(problem.model.integrator if integrator is None else integrator)
+    sens, rule, sel = _decide(problem, th, base, rank, method, noise_model)
     accuracy = sens.accuracy
     resolved = None
     if np.any(np.asarray(sel.dependence.near)) and sens.accuracy is not None:
         # the same threshold (the question asked), on sensitivities with more digits:
         # a quantity that was near it because of the solver's error moves away from it;
         # one that is truly of its size stays near it (undecided)
-        finer = _finer(base)
+        finer = _tolerances(base, 100.0)
         again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
         resolved = float(finer.rtol)
         if again is None:
