@@ -551,3 +551,11 @@ def test_standard_deviations_are_marginal():
     conditional = ji.analyze(problem.fix({"k1": 0.8, "k2": 0.5}), progress=False).std[0]
     assert conditional < 0.2 * k3
     assert "marginal" in str(rep)
+
+
+def test_the_default_rule_given_by_hand_decides_at_the_accuracy():
+    """`rank=ji.RelativeTolerance()` (what the command line passes) is the default rule:
+    the report decides at the accuracy of the sensitivities, as the selection does."""
+    rep = ji.analyze(Product(), sigma=0.01, rank=ji.RelativeTolerance())
+    assert "accuracy of S" in rep.rank_rule
+    assert "accuracy of S" in rep.selection.rank_description

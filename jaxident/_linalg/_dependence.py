@@ -265,7 +265,7 @@ def null_pivots(A: np.ndarray, columns, preferred, nullity: int) -> np.ndarray:
     columns = [int(c) for c in columns]
     if nullity <= 0 or not columns:
         return np.zeros(0, dtype=int)
-    _, _, Vt = np.linalg.svd(A[:, columns], full_matrices=True)
+    _, _, Vt = np.linalg.svd(A[:, columns], full_matrices=False)
     rows = Vt[len(columns) - nullity :].T.copy()  # (len(columns), nullity)
     pref = np.array([c in set(int(i) for i in preferred) for c in columns])
     chosen: list[int] = []

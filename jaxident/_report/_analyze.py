@@ -221,14 +221,15 @@ def _tolerances(integrator, factor: float = 1.0):
 def _decide(problem, th, integrator, rank, method, noise_model, throw=True):
     """The sensitivities at `th` and every decision on them: the selection, whose
     `dependence` holds the rank, 'no effect' and membership (one rule, one matrix);
-    `None` where the solve fails and `throw` is off. `rank` is `None` for the default
-    rule at the accuracy of these sensitivities."""
+    `None` where the solve fails and `throw` is off. The default rule (`rank` `None`,
+    or `RelativeTolerance()`) decides at the accuracy of these sensitivities; a rule
+    that knows an accuracy keeps it (a re-solve decides at the first solve's)."""
     sens = problem_sensitivity(problem, th, integrator=integrator, throw=throw)
     if not bool(sens.ok):
         return None
     S = np.asarray(sens.matrix)
     rows = None if noise_model else _rows(problem, sens)
-    rule = with_accuracy(RelativeTolerance(), sens.accuracy) if rank is None else rank
+    rule = with_accuracy(RelativeTolerance() if rank is None else rank, sens.accuracy)
     with warnings.catch_warnings():  # one decision, one warning (in analyze)
         warnings.simplefilter("ignore", NearThresholdWarning)
         sel = select_parameters(
