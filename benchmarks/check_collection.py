@@ -112,10 +112,10 @@ for rtol in (1e-11, 1e-10, 1e-9):
     # the finest tolerance at which every solve succeeds (some problems' solves fail at
     # 1e-11)
     fine = eqx.tree_at(lambda i: (i.rtol, i.atol), base, (rtol, base.atol * rtol / base.rtol))
-    out = ji.predict(problem, jnp.asarray(th), integrator=fine, throw=False)
-    if not bool(np.all(np.asarray(out.ok))):
+    nominal = ji.predict(problem, jnp.asarray(th), integrator=fine, throw=False)
+    if not bool(np.all(np.asarray(nominal.ok))):
         continue
-    sigma0 = np.asarray(out.sigma)[observed]
+    sigma0 = np.asarray(nominal.sigma)[observed]
     batched = jax.jit(jax.vmap(lambda t: ji.predict(problem, t, integrator=fine, throw=False)))
     try:
         Js = [fd(1e-4), fd(2.5e-5)]
