@@ -35,8 +35,9 @@ FD error relative to the largest column):
   lie under the FD's resolution (then unresolved, not contradicted).
 - *marginal std* of an identifiable parameter: within 10% of the FD's (the same
   rank, pseudo-inverse on the resolved subspace), where FD resolves it: unresolved
-  where the FD matrix's k-th singular value is within 10x of its (k+1)-th (its noise
-  floor, e.g. Elowitz: 8.7e-7 against 3.9e-7 at h = 1e-4, and 1.6e-6 at h / 4).
+  where the FD matrix's k-th singular value is within 10x of its noise (its (k+1)-th,
+  or the difference between two steps' matrices: the solver's error over the step,
+  e.g. Elowitz's sigma_14 = 8.7e-7 against 3.9e-7 at h = 1e-4 and 1.6e-6 at h / 4).
 
 A claim is *confirmed*, *contradicted*, or *unresolved* (FD cannot tell); the table
 counts them. Results go to `benchmarks/results/check_collection.json`; the table in
@@ -139,8 +140,8 @@ for J1, J2 in zip(Js[:-1], Js[1:]):
     err = np.linalg.norm((J2 - J1) * units, axis=0) / (15 * top)  # relative to the top
     e_all = float(max(np.max(err), 1e-12))
     if best is None or e_all < best[0]:
-        best = (e_all, J, U, top, err)
-e_all, J, U, top, err = best
+        best = (e_all, J, U, top, err, J1, J2)
+e_all, J, U, top, err, J1, J2 = best
 sens = ji.problem_sensitivity(problem)
 acc = float(sens.accuracy)
 tau = acc if rep.accuracy is None else float(rep.accuracy)
@@ -216,9 +217,13 @@ W = Vj[:k].T / sj[:k] / cj[:, None]
 std_fd = np.full(p, np.inf)
 std_fd[keep] = np.sqrt(np.sum(W**2, axis=1))
 # the pseudo-inverse at rank k is resolved by the FD only where its k-th singular value
-# stands clear of the next (the FD's own noise floor when the rank is right: the solver's
-# error over the step, which the Richardson estimate does not see)
-separated = k == sj.size or (k > 0 and sj[k - 1] > 10 * sj[k])
+# stands clear of the FD's noise: the next singular value (its floor when the rank is
+# right) and the difference between the two steps' matrices
+# (the solver's error over the step, which the Richardson estimate does not see, shows
+# as the difference of the two steps' matrices, equilibrated alike)
+noise = np.linalg.norm((J2 - J1)[:, keep] / cj, 2) / np.linalg.norm(JA / cj, 2)
+floor = sj[k] / sj[0] if k < sj.size else 0.0
+separated = k == 0 or sj[k - 1] / sj[0] > 10 * max(noise, floor)
 for i, n in enumerate(names):
     if n in rep.identifiable and np.isfinite(rep.std[i]) and d_fd[i] > 100 * max(e_col[i], 1e-12):
         rel = abs(rep.std[i] - std_fd[i]) / std_fd[i]
