@@ -68,6 +68,11 @@ from ._identify._stepwise_result import (
     StepwiseSelection as StepwiseSelection,
     worst_case_evaluations as worst_case_evaluations,
 )
+from ._identify._sweep import (
+    load_sweep as load_sweep,
+    sweep as sweep,
+    SweepResult as SweepResult,
+)
 from ._linalg._css._gks import GKS as GKS
 from ._linalg._css._lrrqr import LRRQR as LRRQR
 from ._linalg._css._qrcp import QRCP as QRCP
@@ -123,6 +128,7 @@ from ._model._transforms_state import (
 )
 from ._problem._base import Experiment as Experiment, Problem as Problem
 from ._problem._measurements import MeasurementError as MeasurementError
+from ._problem._noise import Noise as Noise
 from ._problem._predict import (
     predict as predict,
     Prediction as Prediction,
@@ -139,11 +145,6 @@ from ._problem._sensitivity import (
 )
 from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report
-from ._runtime._sweep import (
-    load_sweep as load_sweep,
-    sweep as sweep,
-    SweepResult as SweepResult,
-)
 from ._solve._rosenbrock import Rodas4 as Rodas4
 from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 

@@ -186,7 +186,7 @@ def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, ca
 
 def test_cli_ctrl_c_keeps_finished_samples_and_resumes(tmp_path, capsys, monkeypatch):
     from jaxident import cli
-    from jaxident._runtime import _sweep
+    from jaxident._identify import _sweep
 
     class InterruptingBar:
         """A progress bar that is interrupted (Ctrl-C) after two chunks."""

@@ -16,6 +16,10 @@ ALLOWED_INSIDE = {
     # optional dependencies (the `petab` extra) and matplotlib, imported where needed so
     # that `import jaxident` stays headless and fast
     ("jaxident._io._sbml", "libsbml"),
+    ("jaxident._io._petab", "petab.v1"),
+    ("jaxident._io._petab", "petab.v1.math"),
+    ("jaxident._io._petab", "pandas"),
+    ("jaxident._io._petab", "yaml"),
     ("jaxident._io._symbolic", "libsbml"),
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
@@ -33,9 +37,9 @@ LAYERS = [
     "_identify",
     "_report",
 ]
-# the command line and the PEtab importer import everything lazily (`jaxident --help`
-# without JAX; `petab` and `pandas` optional)
-LAZY_MODULES = {"jaxident.cli", "jaxident.petab"}
+# the command line imports everything lazily (`jaxident --help` without JAX); the public
+# `jaxident.petab` loads its importer (`_io._petab`) on first use, by name
+LAZY_MODULES = {"jaxident.cli"}
 
 
 def _modules():

@@ -19,6 +19,7 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
+from .._problem._noise import Noise, per_output
 from .._problem._predict import _PLAIN, _predict, Prediction
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
@@ -33,13 +34,13 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
     `g = sum sign(r) J + (1 - |r|) n`; `F = J^T J + c n^T n` (`c` = 2 and 1)."""
     r, J = out.residuals, out.jacobian
     q = J.shape[-1]
-    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
-    g = jnp.sum(jnp.where(laplace, jnp.sign(r), r)[..., None] * J, axis=(0, 1, 2))
+    noises = problem.distributions
+    g = jnp.sum(per_output(noises, Noise.score, r, xp=jnp)[..., None] * J, axis=(0, 1, 2))
     rows = J.reshape(-1, q)
     if out.noise_jacobian is not None:
-        c = jnp.where(laplace, 1.0, 2.0)
+        c = jnp.asarray([d.scale_information for d in noises])
         n = out.noise_jacobian / jnp.sqrt(c)[..., None]  # dsigma / sigma; 0 where unobserved
-        g = g + jnp.sum((1.0 - jnp.where(laplace, jnp.abs(r), r**2))[..., None] * n, (0, 1, 2))
+        g = g + jnp.sum(per_output(noises, Noise.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2))
         rows = jnp.concatenate([rows, out.noise_jacobian.reshape(-1, q)])
     return g, rows.T @ rows
 

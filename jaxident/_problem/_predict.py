@@ -23,6 +23,7 @@ from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state
 from ._base import Problem, unscale
+from ._noise import Noise, per_output
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
@@ -205,11 +206,9 @@ def _predict(
     tr = jnp.stack([h[o].forward(pred[..., o], jnp) for o in range(m)], axis=-1)
     trd = jnp.stack([h[o].forward(data[..., o], jnp) for o in range(m)], axis=-1)
     r = jnp.where(observed, (tr - trd) / sigma, 0.0)
-    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
+    noises = problem.distributions
     log_jac = jnp.stack([h[o].log_jacobian(data[..., o], jnp) for o in range(m)], axis=-1)
-    ll_normal = -0.5 * jnp.log(2 * jnp.pi * sigma**2) - 0.5 * r**2
-    ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
-    ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
+    ll = per_output(noises, Noise.log_density, r, sigma, xp=jnp) - log_jac
     llh = jnp.sum(jnp.where(observed, ll, 0.0))
     J = noise_J = None
     if jacobian:
@@ -218,9 +217,10 @@ def _predict(
         J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
         if any(problem.noise_outputs):
             # a noise model with parameters: the Fisher information of a datum has
-            # the term `c (dsigma/dtheta)^T (dsigma/dtheta) / sigma^2` as well (c = 2
-            # for normal noise, 1 for Laplace): rows `sqrt(c) dsigma / sigma`
-            c = jnp.where(laplace, 1.0, 2.0)
+            # the term `c (dsigma/dtheta)^T (dsigma/dtheta) / sigma^2` as well (c the
+            # information of ln sigma, 2 for normal noise, 1 for Laplace): rows
+            # `sqrt(c) dsigma / sigma`
+            c = jnp.asarray([d.scale_information for d in noises])
             dS = jnp.where(jnp.asarray(problem.noise_outputs)[:, None], Y[..., m : 2 * m, :], 0.0)
             noise_J = jnp.where(
                 problem.observed[..., None], dS * (jnp.sqrt(c) / sigma)[..., None], 0.0

@@ -28,8 +28,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 from tqdm.auto import tqdm
 
-from ._config import compiler_options, version
-from ._context import no_throw
+from .._runtime._config import compiler_options, version
+from .._runtime._context import no_throw
 from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
 
 
