@@ -175,7 +175,7 @@ def test_problem_with_experiments_against_closed_form():
     problem = ji.Problem(model, experiments, params, scales={"k": "log10"})
     assert problem.parameters.names == ("k", "V", "V_b")
     np.testing.assert_allclose(problem.parameters.nominal, [math.log10(0.3), 2.0, 4.0])
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
 
     def rows(t, dose, V, sigma, which):
         y = dose * np.exp(-0.3 * t) / V
@@ -205,7 +205,7 @@ def test_problem_with_experiments_against_closed_form():
     r = (y - data[:, 0])[seen] / 0.1
     llh = np.sum(-0.5 * np.log(2 * np.pi * 0.01) - 0.5 * r**2)
     np.testing.assert_allclose(float(out.log_likelihood), llh, rtol=1e-7)
-    assert ji.problem_sensitivity(p2).matrix.shape == (3, 2)
+    assert ji.sensitivity(p2).matrix.shape == (3, 2)
 
 
 def test_unknown_initial_conditions():
@@ -264,7 +264,7 @@ def test_standard_deviations_on_linear_scales_against_numpy():
     model = ji.models.load("svir")
     rep = ji.analyze(model, sigma=0.1, progress=False)
     problem = ji.Problem(model, ji.Experiment(np.asarray(model.times), sigma=0.1))
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
     np.testing.assert_allclose(rep.std, np.sqrt(np.diag(np.linalg.inv(S.T @ S))), rtol=1e-8)
     theta = np.asarray(model.parameters.nominal)
     np.testing.assert_allclose(rep.decades, rep.std / (theta * math.log(10)), rtol=1e-12)
@@ -429,7 +429,7 @@ def test_sensitivities_that_fail_where_the_simulation_works_say_so():
     problem = ji.Problem(_SqrtRate(), ji.Experiment(np.linspace(0.5, 2.0, 4), sigma=0.1))
     ji.predict(problem)  # the simulation is fine
     with pytest.raises(RuntimeError, match=r"simulation of .* succeeds, but its sensitiv"):
-        ji.problem_sensitivity(problem)
+        ji.sensitivity(problem)
 
 
 def test_monomials_read_as_products_where_they_can():

@@ -20,7 +20,7 @@ from .._model._checks import check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
 from .._problem._noise import Noise, per_output
-from .._problem._predict import _PLAIN, _predict, Prediction
+from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
 from ._solvers import more_damping, nielsen
@@ -101,12 +101,12 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
 
     def nll(theta):
-        out = _predict(problem, theta, integrator, False, _PLAIN, error_mode)
+        out = predict_kernel(problem, theta, integrator, False, PLAIN_ADJOINT, error_mode)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         return jnp.where(good, -out.log_likelihood, jnp.inf)
 
     def with_derivatives(theta):
-        out = _predict(problem, theta, integrator, True, _PLAIN, error_mode)
+        out = predict_kernel(problem, theta, integrator, True, PLAIN_ADJOINT, error_mode)
         g, H = gradient_and_fisher(problem, out)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         good = good & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(H))

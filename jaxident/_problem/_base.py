@@ -25,7 +25,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._model._base import AbstractModel, AlgebraicModel
 from .._model._checks import check_model, n_outputs
 from .._model._parameters import Parameters
-from .._model._transforms import _reparameterize
+from .._model._transforms import reparameterize
 from ._measurements import MeasurementError
 from ._noise import as_noises, Noise
 from ._scale import as_scales, Scale
@@ -147,7 +147,7 @@ def _as_condition(condition) -> tuple:
 
 
 class Problem(eqx.Module):
-    """A model and its experiments: what `ji.analyze`, `ji.problem_sensitivity` and the
+    """A model and its experiments: what `ji.analyze`, `ji.sensitivity` and the
     PEtab importer (`ji.petab.load`) work on.
 
     **Arguments:**
@@ -431,7 +431,7 @@ class Problem(eqx.Module):
                     (params.upper, model.parameters.upper))))  # fmt: skip
         if not same:
             fixed = jnp.asarray(self.constant[0])
-            model = _reparameterize(model, params, free, fixed, jnp.ones(len(free)))
+            model = reparameterize(model, params, free, fixed, jnp.ones(len(free)))
         return ModelView(model, np.asarray(self.times[0]), data, np.asarray(self.sigma[0]))
 
     @property

@@ -126,16 +126,16 @@ class Prediction(eqx.Module):
     steps: Int[Array, " e"] | None = None
 
 
-_PLAIN = diffrax.RecursiveCheckpointAdjoint()
+PLAIN_ADJOINT = diffrax.RecursiveCheckpointAdjoint()
 
 
 @eqx.filter_jit
-def _predict(
+def predict_kernel(
     problem: Problem,
     theta: Array,
     integrator: Integrator,
     jacobian: bool,
-    adjoint: diffrax.AbstractAdjoint = _PLAIN,
+    adjoint: diffrax.AbstractAdjoint = PLAIN_ADJOINT,
     error_mode: str | None = None,
 ) -> Prediction:
     """The kernel of `predict`; `adjoint` is how the plain solve (no `jacobian`) may be
@@ -245,8 +245,8 @@ def predict(
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
         out = call_kept(
-            _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode(),
-            optimize=solve_optimized(),
+            predict_kernel, problem, theta, integrator, bool(jacobian), PLAIN_ADJOINT,
+            on_error_mode(), optimize=solve_optimized(),
         )  # fmt: skip
     if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
@@ -266,8 +266,8 @@ def predict(
         if jacobian:
             with callback_free(theta):
                 plain = call_kept(
-                    _predict, problem, theta, integrator, False, _PLAIN, on_error_mode(),
-                    optimize=solve_optimized(),
+                    predict_kernel, problem, theta, integrator, False, PLAIN_ADJOINT,
+                    on_error_mode(), optimize=solve_optimized(),
                 )  # fmt: skip
             if np.asarray(plain.ok)[~ok].all():
                 raise RuntimeError(

@@ -22,10 +22,10 @@ from .._linalg._covariance import marginal, principal_directions
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._dependence import components, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
-    _decision,
     AbstractRankRule,
     near_threshold,
     NearThresholdWarning,
+    rank_and_threshold,
     RelativeTolerance,
     with_accuracy,
 )
@@ -176,7 +176,7 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
     s = np.linalg.svd(
         np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False
     )
-    tau = float(_decision(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
+    tau = float(rank_and_threshold(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
     out = []
     for W, idx in groups_log:
         ok = bool(np.all(log_ok[list(idx)]))
@@ -252,8 +252,8 @@ def analyze(
     to move; infinite for the non-identifiable parameters (they lie in null directions).
 
     - `profile`: confirm each practically non-identifiable parameter by its profile
-      likelihood (`ji.profile_problem`, 9 values over `threshold` decades either side,
-      the others re-estimated in their bounds): confirmed when twice the negative
+      likelihood (`ji.profile`, 9 values over `threshold` decades either side, the
+      others re-estimated in their bounds): confirmed when twice the negative
       log-likelihood stays within 3.84 (the 95% chi-square quantile, one degree of
       freedom) of its minimum over the range.
 
