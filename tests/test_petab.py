@@ -13,6 +13,7 @@ import scipy.optimize
 from helpers import write_petab
 
 import jaxident as ji
+import jaxident._io._petab as petab_importer
 import jaxident._runtime._exported as exported
 from jaxident._problem._predict import _directions
 
@@ -679,7 +680,7 @@ def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
         raise AssertionError("loaded anew")
 
     with monkeypatch.context() as m:
-        m.setattr(ji.petab, "_load", refuse)
+        m.setattr(petab_importer, "_load", refuse)
         with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
             again = ji.petab.load(path, allow_missing=True)
         with pytest.raises(AssertionError, match="loaded anew"):
