@@ -95,8 +95,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     Fisher information alone would stop the fit, it goes on with the Fisher information
     plus a secant of the rest of the Hessian (`structured_secant`, accumulated from the
     first step) until it stops again, as fides turns from the Fisher information to
-    BFGS: on 20 Fujita starts this took two fits from 4,528 and 3,224 to 892.8 and
-    280.5, and left Boehm's 40 as they were (benchmarks/README.md)."""
+    BFGS (what it gained on Fujita and Boehm: benchmarks/README.md)."""
     lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
     upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
 
