@@ -37,7 +37,7 @@ class Decay(ji.ODEModel):
 n = int(sys.argv[1])
 model = Decay(times=jnp.linspace(0.01, 20.0, n))
 problem = ji.Problem(model, ji.Experiment(np.asarray(model.times), sigma=0.01))
-ji.problem_sensitivity(problem)  # compiled and run once: the baseline holds S
+ji.sensitivity(problem)  # compiled and run once: the baseline holds S
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()
 rep = ji.analyze(problem, progress=False)
@@ -50,7 +50,7 @@ BEER = r"""
 import resource, sys, time, json
 import jaxident as ji
 problem = ji.petab.load(sys.argv[1])
-ji.problem_sensitivity(problem)
+ji.sensitivity(problem)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()
 rep = ji.analyze(problem, progress=False)

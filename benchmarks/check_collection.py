@@ -142,7 +142,7 @@ for J1, J2 in zip(Js[:-1], Js[1:]):
     if best is None or e_all < best[0]:
         best = (e_all, J, U, top, err, J1, J2)
 e_all, J, U, top, err, J1, J2 = best
-sens = ji.problem_sensitivity(problem)
+sens = ji.sensitivity(problem)
 acc = float(sens.accuracy)
 tau = acc if rep.accuracy is None else float(rep.accuracy)
 tau = max(tau, max(U.shape) * np.finfo(float).eps)

@@ -14,7 +14,7 @@ from ._fit._multistart import MultiStart as MultiStart
 from ._fit._profile import (
     Profile as Profile,
     profile as profile,
-    profile_problem as profile_problem,
+    profile_problem as _profile_problem,
 )
 from ._fit._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._identify._css import (
@@ -67,6 +67,11 @@ from ._identify._stepwise_result import (
     scaled_sensitivity as scaled_sensitivity,
     StepwiseSelection as StepwiseSelection,
     worst_case_evaluations as worst_case_evaluations,
+)
+from ._identify._sweep import (
+    load_sweep as load_sweep,
+    sweep as sweep,
+    SweepResult as SweepResult,
 )
 from ._linalg._css._gks import GKS as GKS
 from ._linalg._css._lrrqr import LRRQR as LRRQR
@@ -123,10 +128,11 @@ from ._model._transforms_state import (
 )
 from ._problem._base import Experiment as Experiment, Problem as Problem
 from ._problem._measurements import MeasurementError as MeasurementError
+from ._problem._noise import Noise as Noise
 from ._problem._predict import (
     predict as predict,
     Prediction as Prediction,
-    problem_sensitivity as problem_sensitivity,
+    problem_sensitivity as _problem_sensitivity,
 )
 from ._problem._scale import Scale as Scale
 from ._problem._sensitivity import (
@@ -139,16 +145,20 @@ from ._problem._sensitivity import (
 )
 from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report
-from ._runtime._sweep import (
-    load_sweep as load_sweep,
-    sweep as sweep,
-    SweepResult as SweepResult,
-)
+from ._runtime._deprecate import deprecated as _deprecated
 from ._solve._rosenbrock import Rodas4 as Rodas4
 from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 
 
 __version__ = _config.version()
+
+# folded into one name each (issue 48); kept for one release
+problem_sensitivity = _deprecated(
+    _problem_sensitivity, "ji.problem_sensitivity", "ji.sensitivity(problem, theta)"
+)
+profile_problem = _deprecated(
+    _profile_problem, "ji.profile_problem", "ji.profile(problem, name, values)"
+)
 
 
 def __getattr__(name):

@@ -186,7 +186,7 @@ def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, ca
 
 def test_cli_ctrl_c_keeps_finished_samples_and_resumes(tmp_path, capsys, monkeypatch):
     from jaxident import cli
-    from jaxident._runtime import _sweep
+    from jaxident._identify import _sweep
 
     class InterruptingBar:
         """A progress bar that is interrupted (Ctrl-C) after two chunks."""
@@ -346,7 +346,7 @@ class _Drift(_Decay):
 
 
 def test_a_failed_solve_of_a_problem_says_why_and_where():
-    """`predict` and `problem_sensitivity` name the experiment, the solver's reason
+    """`predict` and `sensitivity` of a problem name the experiment, the solver's reason
     (a blow-up, a pre-equilibration that blows up or drifts without end) and where it
     stopped, instead
     of advising a stiff solver; times before t0 are refused up front."""
@@ -355,7 +355,7 @@ def test_a_failed_solve_of_a_problem_says_why_and_where():
         _BlowUp(), [ji.Experiment(t[:2], name="early"), ji.Experiment(t, name="late")]
     )
     msg = r"experiment 'late' failed: .*blows up in finite time.*stopped at t = 1\.0"
-    for fn in (ji.predict, ji.problem_sensitivity):
+    for fn in (ji.predict, ji.sensitivity):
         with pytest.raises(RuntimeError, match=msg):
             fn(problem)
     pre = ji.Problem(_BlowUp(), ji.Experiment(t, preequilibration={"k": 0.3}, name="pre"))

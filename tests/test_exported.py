@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 import jaxident as ji
+from jaxident._identify import _sweep
 from jaxident._problem._sensitivity import _sensitivity
-from jaxident._runtime import _config, _exported, _sweep
+from jaxident._runtime import _config, _exported
 
 
 _DECAY = """

@@ -16,6 +16,10 @@ ALLOWED_INSIDE = {
     # optional dependencies (the `petab` extra) and matplotlib, imported where needed so
     # that `import jaxident` stays headless and fast
     ("jaxident._io._sbml", "libsbml"),
+    ("jaxident._io._petab", "petab.v1"),
+    ("jaxident._io._petab", "petab.v1.math"),
+    ("jaxident._io._petab", "pandas"),
+    ("jaxident._io._petab", "yaml"),
     ("jaxident._io._symbolic", "libsbml"),
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
@@ -33,9 +37,9 @@ LAYERS = [
     "_identify",
     "_report",
 ]
-# the command line and the PEtab importer import everything lazily (`jaxident --help`
-# without JAX; `petab` and `pandas` optional)
-LAZY_MODULES = {"jaxident.cli", "jaxident.petab"}
+# the command line imports everything lazily (`jaxident --help` without JAX); the public
+# `jaxident.petab` loads its importer (`_io._petab`) on first use, by name
+LAZY_MODULES = {"jaxident.cli"}
 
 
 def _modules():
@@ -47,16 +51,20 @@ def _modules():
     return out
 
 
+def _from(mod, node, modules) -> str:
+    """The absolute name of the module a `from ... import` statement imports from."""
+    if not node.level:
+        return node.module
+    base = mod if modules[mod].name == "__init__.py" else mod.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    return base + ("." + node.module if node.module else "")
+
+
 def _imported(mod, node, modules):
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
-    if node.level:
-        base = mod if modules[mod].name == "__init__.py" else mod.rpartition(".")[0]
-        for _ in range(node.level - 1):
-            base = base.rpartition(".")[0]
-        base = base + ("." + node.module if node.module else "")
-    else:
-        base = node.module
+    base = _from(mod, node, modules)
     # `from . import plot` imports a module; `from ._x import f` a name of one
     names = [f"{base}.{a.name}" for a in node.names]
     return [n if n in modules else base for n in names]
@@ -159,3 +167,35 @@ def test_layers_import_only_the_layers_below():
     # the check finds one where there is one
     top["jaxident._model._base"].add("jaxident._problem._base")
     assert _back_arrows(top) == [("jaxident._model._base", "jaxident._problem._base")]
+
+
+def _private_names_across(extra: dict | None = None):
+    """`(module, imported module, name)` for every private name (a leading underscore,
+    not a module) one subpackage imports from another: a name private to its module is
+    that module's business; what another layer uses has a public name."""
+    modules = _modules()
+    out = []
+    for mod, f in modules.items():
+        here = mod.split(".")[1] if mod.count(".") >= 1 else None
+        text = f.read_text() + (extra or {}).get(mod, "")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _from(mod, node, modules)
+            there = base.split(".")[1] if base.count(".") >= 1 else None
+            if there is None or there == here:
+                continue
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.startswith("__")
+                if private and f"{base}.{a.name}" not in modules:
+                    out.append((mod, base, a.name))
+    return sorted(out)
+
+
+def test_no_private_name_imported_across_subpackages():
+    assert _private_names_across() == []
+    # the check finds one where there is one (a module is no private name)
+    probe = "\nfrom .._problem._predict import _x, predict\nfrom .._problem import _predict\n"
+    assert _private_names_across({"jaxident._fit._multistart": probe}) == [
+        ("jaxident._fit._multistart", "jaxident._problem._predict", "_x")
+    ]

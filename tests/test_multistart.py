@@ -173,7 +173,7 @@ def test_gradient_and_fisher_against_finite_differences(tmp_path):
         h = 1e-5
         fd = [(nll(theta + h * e) - nll(theta - h * e)) / (2 * h) for e in np.eye(4)]
         np.testing.assert_allclose(np.asarray(g), fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
-        S = np.asarray(ji.problem_sensitivity(problem, theta, integrator=integ).matrix)
+        S = np.asarray(ji.sensitivity(problem, theta, integrator=integ).matrix)
         np.testing.assert_allclose(np.asarray(H), S.T @ S, rtol=1e-10, atol=1e-12)
 
 

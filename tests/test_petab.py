@@ -13,6 +13,7 @@ import scipy.optimize
 from helpers import write_petab
 
 import jaxident as ji
+import jaxident._io._petab as petab_importer
 import jaxident._runtime._exported as exported
 from jaxident._problem._predict import _directions
 
@@ -113,7 +114,7 @@ def test_problem_matches_roadrunner_and_petab_likelihood(name):
 @pytest.mark.parametrize("name", ["Boehm_JProteomeRes2014", "Elowitz_Nature2000"])
 def test_sensitivities_match_roadrunner_finite_differences(name):
     problem = ji.petab.load(ji.data.petab_problem(name))
-    S = ji.problem_sensitivity(problem, integrator=TIGHT)
+    S = ji.sensitivity(problem, integrator=TIGHT)
     theta = np.asarray(problem.parameters.nominal)
     observed = np.asarray(problem.observed[0])
     sigma = np.asarray(ji.predict(problem).sigma[0])[observed]
@@ -182,7 +183,7 @@ def test_unsupported_sbml_feature_is_named(tmp_path):
 def test_boehm_practical_identifiability_against_numpy():
     problem = ji.petab.load(ji.data.petab_problem("boehm"))
     rep = ji.analyze(problem, threshold=1.0, profile=True, progress=False)
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
     cov = np.linalg.inv(S.T @ S)  # full rank: every parameter identifiable
     std = np.sqrt(np.diag(cov))  # log10 scale: already in decades
     assert rep.rank == problem.parameters.p and not rep.non_identifiable
@@ -241,7 +242,7 @@ def test_switching_time_parameter_gets_its_sensitivity(tmp_path):
     problem = ji.petab.load(write_petab(tmp_path / "switch"))
     assert [str(e) for e in problem.model.switches] == ["t_on"]
     th = np.asarray(problem.parameters.nominal)
-    S = np.asarray(ji.problem_sensitivity(problem, th).matrix)
+    S = np.asarray(ji.sensitivity(problem, th).matrix)
     tight = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-11, atol=1e-13)
 
     def pred(t):
@@ -397,7 +398,7 @@ def test_steady_state_measurements(tmp_path):
     x = lambda t: a / k + (0.5 - a / k) * np.exp(-k * t)
     np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], x(np.array([1.0, 2.0])),
                                rtol=1e-6)  # fmt: skip
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
     assert S.shape == (4, 2)
     ln10 = np.log(10)
     # the implicit function theorem's tangents (f_x = -k is regular): near exact
@@ -487,7 +488,7 @@ def _against_the_closed_form(problem, path, exact):
     np.testing.assert_allclose(np.asarray(pred.outputs)[0, :, 0], exact(th), rtol=1e-7)
     h = 1e-6
     fd = np.stack([(exact(th + h * e) - exact(th - h * e)) / (2 * h) for e in np.eye(th.size)], 1)
-    S = np.asarray(ji.problem_sensitivity(problem).matrix) * 0.1
+    S = np.asarray(ji.sensitivity(problem).matrix) * 0.1
     np.testing.assert_allclose(S, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
     pp = petab.Problem.from_yaml(str(path))
     sim = ji.petab.simulation_table(problem, pred)
@@ -637,7 +638,7 @@ def test_state_dependent_noise_enters_the_fisher_information(tmp_path):
     central differences of the outputs and of sigma here)."""
     problem = _noise_problem(tmp_path, "0.05 + 0.1 * X")
     th = np.asarray(problem.parameters.nominal)
-    S = np.asarray(ji.problem_sensitivity(problem, th).matrix)
+    S = np.asarray(ji.sensitivity(problem, th).matrix)
     assert S.shape == (8, 3)
     tight = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-11, atol=1e-13)
 
@@ -679,7 +680,7 @@ def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
         raise AssertionError("loaded anew")
 
     with monkeypatch.context() as m:
-        m.setattr(ji.petab, "_load", refuse)
+        m.setattr(petab_importer, "_load", refuse)
         with pytest.warns(UserWarning, match=r"rows \[4\].*missing data"):
             again = ji.petab.load(path, allow_missing=True)
         with pytest.raises(AssertionError, match="loaded anew"):

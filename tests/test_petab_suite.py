@@ -61,7 +61,7 @@ def test_petab_test_suite_case(case):
         return
     # sensitivities against central differences of the residuals of a tight solve
     th = np.asarray(problem.parameters.nominal)
-    S = np.asarray(ji.problem_sensitivity(problem, th).matrix)
+    S = np.asarray(ji.sensitivity(problem, th).matrix)
     tight = ji.Integrator(diffrax.Kvaerno5(), rtol=1e-11, atol=1e-13)
     h = 1e-6 * np.maximum(1.0, np.abs(th))
 

@@ -38,7 +38,7 @@ def _check(problem, answer):
         found = np.hstack([found, W])
     assert same_span(found, planted) < 1e-6
     # each listed null direction is one: |S v| at rounding level against the columns
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
     lin = from_scale(np.asarray(problem.parameters.nominal), problem.scales)
     per_log = np.array([1 / np.log(10) if s == "log10" else v for s, v in zip(problem.scales, lin)])
     S_log = S * per_log
@@ -114,8 +114,8 @@ def test_dependence_against_numpy_on_planted_columns():
 
     problem, answer = shared_scalings(1)
     names = list(problem.parameters.names)
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
-    units = np.asarray(ji.problem_sensitivity(problem).units)
+    S = np.asarray(ji.sensitivity(problem).matrix)
+    units = np.asarray(ji.sensitivity(problem).units)
     rule = ji.RelativeTolerance(1e-7)
     dep = ji.linalg.dependence(jnp.asarray(S), rule, jnp.asarray(units))
     zero = [names.index(n) for n in answer["no_effect"]]

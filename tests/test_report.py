@@ -13,6 +13,7 @@ import pytest
 
 import jaxident as ji
 from jaxident import cli
+from jaxident._linalg._covariance import marginal, principal_directions
 
 
 class Product(ji.ODEModel):
@@ -174,7 +175,7 @@ def test_problem_with_experiments_against_closed_form():
     problem = ji.Problem(model, experiments, params, scales={"k": "log10"})
     assert problem.parameters.names == ("k", "V", "V_b")
     np.testing.assert_allclose(problem.parameters.nominal, [math.log10(0.3), 2.0, 4.0])
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
 
     def rows(t, dose, V, sigma, which):
         y = dose * np.exp(-0.3 * t) / V
@@ -204,7 +205,7 @@ def test_problem_with_experiments_against_closed_form():
     r = (y - data[:, 0])[seen] / 0.1
     llh = np.sum(-0.5 * np.log(2 * np.pi * 0.01) - 0.5 * r**2)
     np.testing.assert_allclose(float(out.log_likelihood), llh, rtol=1e-7)
-    assert ji.problem_sensitivity(p2).matrix.shape == (3, 2)
+    assert ji.sensitivity(p2).matrix.shape == (3, 2)
 
 
 def test_unknown_initial_conditions():
@@ -263,7 +264,7 @@ def test_standard_deviations_on_linear_scales_against_numpy():
     model = ji.models.load("svir")
     rep = ji.analyze(model, sigma=0.1, progress=False)
     problem = ji.Problem(model, ji.Experiment(np.asarray(model.times), sigma=0.1))
-    S = np.asarray(ji.problem_sensitivity(problem).matrix)
+    S = np.asarray(ji.sensitivity(problem).matrix)
     np.testing.assert_allclose(rep.std, np.sqrt(np.diag(np.linalg.inv(S.T @ S))), rtol=1e-8)
     theta = np.asarray(model.parameters.nominal)
     np.testing.assert_allclose(rep.decades, rep.std / (theta * math.log(10)), rtol=1e-12)
@@ -276,8 +277,6 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     parameters outside that direction keep their small std."""
     import scipy.linalg as sl
 
-    from jaxident._report._analyze import _marginal, _weak
-
     rng = np.random.default_rng(3)
     U = np.linalg.qr(rng.standard_normal((40, 5)))[0]
     V = np.eye(5)
@@ -286,13 +285,12 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     S = (U * np.array([10.0, 7.0, 5.0, 3.0, 1e-8])) @ V.T
     F_eig = np.linalg.eigvalsh(S.T @ S)
     assert F_eig[0] < 1e-17 * F_eig[-1]  # lost to rounding in S^T S
-    theta = np.ones(5)
-    std, W = _marginal(S, range(5), 5)
+    std, W = marginal(S, range(5), 5)
     R = sl.qr(S, mode="economic")[1]
     ref = np.linalg.norm(sl.solve_triangular(R, np.eye(5)), axis=1)
     np.testing.assert_allclose(std, ref, rtol=1e-5)
     assert np.all(std[:3] < 1) and np.all(std[3:] > 1e7)
-    weak = _weak(W, theta, ("log10",) * 5, np.ones(5, bool), 1.0)
+    weak = principal_directions(W, np.ones(5), np.ones(5, bool), 1.0)
     assert len(weak) == 1 and weak[0][1] > 1e7
     np.testing.assert_allclose(np.abs(weak[0][2]), [0, 0, 0, 2**-0.5, 2**-0.5], atol=1e-6)
     # below the rank threshold the direction is unresolved: p4 and p5 lie in it (their
@@ -300,7 +298,7 @@ def test_a_resolved_near_null_direction_spreads_no_inf():
     dep = ji.linalg.dependence(jnp.asarray(S), rule_of(1e-6))
     assert int(dep.rank) == 4
     np.testing.assert_array_equal(np.asarray(dep.dependent), [0, 0, 0, 1, 1])
-    std, _ = _marginal(S, range(5), 4)
+    std, _ = marginal(S, range(5), 4)
     np.testing.assert_allclose(std[:3], ref[:3], rtol=1e-6)
 
 
@@ -308,16 +306,14 @@ def test_weak_directions_have_one_sign():
     """An SVD returns each singular vector up to its sign, which depends on the matrix as
     LAPACK (or a GPU) reduces it: the same data rotated (`Q S`, the same Fisher matrix)
     must print the same directions, the largest component positive."""
-    from jaxident._report._analyze import _marginal, _weak
-
     rng = np.random.default_rng(5)
     V = np.linalg.qr(rng.standard_normal((4, 4)))[0]
     S = (np.linalg.qr(rng.standard_normal((30, 4)))[0] * [5.0, 2.0, 1e-3, 1e-5]) @ V.T
     seen = []
     for _ in range(6):
         Q = np.linalg.qr(rng.standard_normal((30, 30)))[0]
-        _, W = _marginal(Q @ S, range(4), 4)
-        weak = _weak(W, np.ones(4), ("log10",) * 4, np.ones(4, bool), 1.0)
+        _, W = marginal(Q @ S, range(4), 4)
+        weak = principal_directions(W, np.ones(4), np.ones(4, bool), 1.0)
         assert len(weak) == 2
         for _, _, v in weak:
             assert v[np.argmax(np.abs(v))] > 0
@@ -433,7 +429,7 @@ def test_sensitivities_that_fail_where_the_simulation_works_say_so():
     problem = ji.Problem(_SqrtRate(), ji.Experiment(np.linspace(0.5, 2.0, 4), sigma=0.1))
     ji.predict(problem)  # the simulation is fine
     with pytest.raises(RuntimeError, match=r"simulation of .* succeeds, but its sensitiv"):
-        ji.problem_sensitivity(problem)
+        ji.sensitivity(problem)
 
 
 def test_monomials_read_as_products_where_they_can():
@@ -456,7 +452,7 @@ def test_rational_null_space_is_sympys():
     basis, entry by entry) on integer matrices of every rank, wide and square."""
     import sympy as sp
 
-    from jaxident._report._analyze import rational_null_space
+    from jaxident._linalg._combinations import rational_null_space
 
     rng = np.random.default_rng(0)
     for m, n, rank in [(1, 4, 1), (2, 5, 2), (3, 6, 2), (4, 4, 3), (2, 3, 0), (3, 7, 3)]:
@@ -524,7 +520,7 @@ class _Chain(ji.ODEModel):
         return x[2]
 
 
-def test_standard_deviations_are_marginal():
+def test_standard_deviations_aremarginal():
     """k3's standard deviation with the identifiable product k1*k2 free to move, not
     held fixed: equal (within 5%) to the model with k2 fixed, which is full rank and
     whose std is checked against NumPy's inverse of the Fisher matrix from central

@@ -94,7 +94,7 @@ def test_lanes_per_backend():
     """The backend's rule for samples side by side: the whole share on a GPU; on a CPU
     32, or the largest divisor of the share from 17 to 32 (no remainder compiled apart);
     a given `vmap_size` at most the share."""
-    from jaxident._runtime._sweep import _lanes
+    from jaxident._identify._sweep import _lanes
 
     assert _lanes(None, "gpu", 256) == 256
     assert _lanes(None, "cpu", 256) == 32 and _lanes(None, "cpu", 1000) == 25

@@ -19,7 +19,8 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
-from .._problem._predict import _PLAIN, _predict, Prediction
+from .._problem._noise import Noise, per_output
+from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
 from ._solvers import more_damping, nielsen
@@ -33,13 +34,13 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
     `g = sum sign(r) J + (1 - |r|) n`; `F = J^T J + c n^T n` (`c` = 2 and 1)."""
     r, J = out.residuals, out.jacobian
     q = J.shape[-1]
-    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
-    g = jnp.sum(jnp.where(laplace, jnp.sign(r), r)[..., None] * J, axis=(0, 1, 2))
+    noises = problem.distributions
+    g = jnp.sum(per_output(noises, Noise.score, r, xp=jnp)[..., None] * J, axis=(0, 1, 2))
     rows = J.reshape(-1, q)
     if out.noise_jacobian is not None:
-        c = jnp.where(laplace, 1.0, 2.0)
+        c = jnp.asarray([d.scale_information for d in noises])
         n = out.noise_jacobian / jnp.sqrt(c)[..., None]  # dsigma / sigma; 0 where unobserved
-        g = g + jnp.sum((1.0 - jnp.where(laplace, jnp.abs(r), r**2))[..., None] * n, (0, 1, 2))
+        g = g + jnp.sum(per_output(noises, Noise.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2))
         rows = jnp.concatenate([rows, out.noise_jacobian.reshape(-1, q)])
     return g, rows.T @ rows
 
@@ -94,18 +95,17 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     Fisher information alone would stop the fit, it goes on with the Fisher information
     plus a secant of the rest of the Hessian (`structured_secant`, accumulated from the
     first step) until it stops again, as fides turns from the Fisher information to
-    BFGS: on 20 Fujita starts this took two fits from 4,528 and 3,224 to 892.8 and
-    280.5, and left Boehm's 40 as they were (benchmarks/README.md)."""
+    BFGS (what it gained on Fujita and Boehm: benchmarks/README.md)."""
     lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
     upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
 
     def nll(theta):
-        out = _predict(problem, theta, integrator, False, _PLAIN, error_mode)
+        out = predict_kernel(problem, theta, integrator, False, PLAIN_ADJOINT, error_mode)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         return jnp.where(good, -out.log_likelihood, jnp.inf)
 
     def with_derivatives(theta):
-        out = _predict(problem, theta, integrator, True, _PLAIN, error_mode)
+        out = predict_kernel(problem, theta, integrator, True, PLAIN_ADJOINT, error_mode)
         g, H = gradient_and_fisher(problem, out)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         good = good & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(H))

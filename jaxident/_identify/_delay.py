@@ -17,7 +17,6 @@ from .._model._checks import check_model, check_theta
 from .._model._transforms_state import free_initial_state
 from .._problem._sensitivity import sensitivity
 from .._runtime._context import clean_errors
-from .._runtime._sweep import sweep
 from .._solve._forward import accuracy
 from ._delay_jacobian import _check_delay
 from ._delay_result import DelayEstimability
@@ -30,6 +29,7 @@ from ._estimability import (
     _uncertainty,
     best_pivots,
 )
+from ._sweep import sweep
 
 
 # --------------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._linalg._dependence import Dependence, dependence as _dependence, dependent_sets
 from .._linalg._misc import matmul
 from .._linalg._rank import (
-    _decision,
     AbstractRankRule,
     GivenRank,
+    rank_and_threshold,
     RelativeTolerance,
     warn_if_near_threshold,
 )
@@ -380,7 +380,7 @@ def estimability(
     if nullity is None:
         if isinstance(DG, jax.core.Tracer):
             raise ValueError("Under jit or vmap, pass nullity=... (an int).")
-        nullity = n_w - int(_decision(rank, svd.s, DG.shape)[0])
+        nullity = n_w - int(rank_and_threshold(rank, svd.s, DG.shape)[0])
         rule = rank.describe(svd.s, DG.shape)
         warn_if_near_threshold(rank, svd.s, DG.shape, "estimability")
         decide = rank

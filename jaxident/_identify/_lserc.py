@@ -18,7 +18,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
 from .._model._nonsmooth import directions_matrix, ld_jvp
 from .._problem._base import Problem, rescale, unscale
-from .._problem._predict import _predict
+from .._problem._predict import predict_kernel
 from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
@@ -84,7 +84,7 @@ class ProblemOutputs(eqx.Module):
         # (jvp-able: the plain solve differentiated in forward mode)
         problem = self.problem
         est = rescale(theta, problem.scales)
-        out = _predict(problem, est, integrator, False, diffrax.ForwardMode())
+        out = predict_kernel(problem, est, integrator, False, diffrax.ForwardMode())
         y = jnp.where(problem.observed, out.outputs, 0.0).reshape(-1)
         return y, (jnp.all(out.ok), out.ok)
 

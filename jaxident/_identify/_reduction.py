@@ -15,9 +15,9 @@ from .._model._transforms import fix_parameters
 from .._problem._base import Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
-from .._runtime._sweep import sweep
 from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
 from ._lserc_method import at_accuracy, LSERC, probe_directions
+from ._sweep import sweep
 
 
 class Reduction(eqx.Module):

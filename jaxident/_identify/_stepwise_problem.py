@@ -18,6 +18,7 @@ from .._fit._solvers import LevenbergMarquardt
 from .._model._checks import check_theta
 from .._problem._base import from_scale, to_scale, unscale
 from .._problem._measurements import MeasurementError
+from .._problem._noise import Noise, per_output
 from .._problem._predict import predict
 from .._problem._scale import Scale
 from .._problem._sensitivity import sensitivity
@@ -263,8 +264,6 @@ class ProblemStepwise(StepwiseProblem):
         row = np.broadcast_to(per_output, observed.shape).reshape(-1)
         self.row_mean = jnp.asarray(np.where(self.observed, row, np.inf))
         self.data = jnp.asarray(data.reshape(-1))
-        laplace = np.array([d == "laplace" for d in problem.distributions])
-        self.laplace = np.broadcast_to(laplace, observed.shape).reshape(-1) & self.observed
         self._candidates(candidates, params)
         self._fingerprint(problem.model, (self.data, self.sigma, problem.times, self.theta0,
                                           self.lower, self.upper))  # fmt: skip
@@ -290,7 +289,8 @@ class ProblemStepwise(StepwiseProblem):
         sigma0 = jnp.where(jnp.isfinite(self.sigma), self.sigma, 0.0)
         S = jnp.where(jnp.asarray(self.observed)[:, None], J / dlin * sigma0[:, None], 0.0)
         ok = bool(np.all(np.asarray(out.ok))) and bool(jnp.all(jnp.isfinite(S)))
-        value = float(np.sum(np.where(self.laplace, 2.0 * np.abs(r), r**2)))
+        shape = self.problem.observed.shape
+        value = float(np.sum(per_output(self.problem.distributions, Noise.cost, r.reshape(shape))))
         return Point(jnp.asarray(theta_lin, float), r, S, ok, value)
 
     def start(self) -> Point:

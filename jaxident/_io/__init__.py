@@ -1,7 +1,7 @@
-"""Models from files: SBML read by libsbml into SymPy trees (`_sbml`), and those trees
-evaluated as JAX operations (`_symbolic`). The PEtab importer itself is the public
-module `jaxident.petab`.
+"""Models and problems from files: SBML read by libsbml into SymPy trees (`_sbml`),
+those trees evaluated as JAX operations (`_symbolic`), and PEtab problems as
+`Problem`s (`_petab`, whose public name is `jaxident.petab`).
 
-Imports `_model` and `_solve` (the default stiff integrator); libsbml only where a
-file is read.
+Imports `_model`, `_solve` (the default stiff integrator) and `_problem`; libsbml,
+petab and pandas only where a file is read.
 """

@@ -215,7 +215,7 @@ def with_accuracy(rule: AbstractRankRule, accuracy: float | None) -> AbstractRan
 
 
 @eqx.filter_jit
-def _decision(rule: AbstractRankRule, sigma, shape):
+def rank_and_threshold(rule: AbstractRankRule, sigma, shape):
     """The rule's rank and threshold, as one compiled call:
     on the host, the rule's few array operations would each be compiled on their own."""
     return rule(sigma, shape), rule.threshold(sigma, shape)
@@ -229,7 +229,7 @@ def near_threshold(rule: AbstractRankRule, sigma, shape, factor: float = 10.0):
     s = np.asarray(sigma, dtype=float)
     if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)) or s[0] <= 0:
         return False, ""
-    k, tol = _decision(rule, s, tuple(shape))
+    k, tol = rank_and_threshold(rule, s, tuple(shape))
     k, tol = int(k), float(tol)
     rounding = max(shape) * float(np.finfo(s.dtype).eps) * s[0]
     kept = s[k - 1] if k > 0 else np.inf

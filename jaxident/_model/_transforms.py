@@ -198,7 +198,7 @@ class ReparameterizedAlgebraicModel(AbstractReparameterized, AbstractTransformed
     base: AlgebraicModel
 
 
-def _reparameterize(model, parameters, free_index, fixed_values, scale):
+def reparameterize(model, parameters, free_index, fixed_values, scale):
     for kind, cls in ((DAEModel, ReparameterizedDAEModel), (ODEModel, ReparameterizedODEModel),
                       (AlgebraicModel, ReparameterizedAlgebraicModel)):  # fmt: skip
         if isinstance(model, kind):
@@ -264,7 +264,7 @@ def fix_parameters(model: AbstractModel, values: Mapping[str, float]) -> Abstrac
         [params.names[i] for i in free],
         *(np.asarray(a)[list(free)] for a in (params.nominal, params.lower, params.upper)),
     )
-    return _reparameterize(model, sub, free, jnp.asarray(full), jnp.ones(len(free)))
+    return reparameterize(model, sub, free, jnp.asarray(full), jnp.ones(len(free)))
 
 
 def change_units(model: AbstractModel, units: Mapping[str, float]) -> AbstractReparameterized:
@@ -294,7 +294,7 @@ def change_units(model: AbstractModel, units: Mapping[str, float]) -> AbstractRe
         np.asarray(params.upper) / u,
     )  # fmt: skip
     every = tuple(range(params.p))
-    return _reparameterize(model, new, every, jnp.asarray(params.nominal), jnp.asarray(u))
+    return reparameterize(model, new, every, jnp.asarray(params.nominal), jnp.asarray(u))
 
 
 # --------------------------------------------------------------------------------------

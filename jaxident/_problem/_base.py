@@ -25,8 +25,9 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._model._base import AbstractModel, AlgebraicModel
 from .._model._checks import check_model, n_outputs
 from .._model._parameters import Parameters
-from .._model._transforms import _reparameterize
+from .._model._transforms import reparameterize
 from ._measurements import MeasurementError
+from ._noise import as_noises, Noise
 from ._scale import as_scales, Scale
 
 
@@ -146,7 +147,7 @@ def _as_condition(condition) -> tuple:
 
 
 class Problem(eqx.Module):
-    """A model and its experiments: what `ji.analyze`, `ji.problem_sensitivity` and the
+    """A model and its experiments: what `ji.analyze`, `ji.sensitivity` and the
     PEtab importer (`ji.petab.load`) work on.
 
     **Arguments:**
@@ -163,7 +164,8 @@ class Problem(eqx.Module):
       are taken with respect to the parameters on these scales.
     - `transforms`, `distributions`: per model output, `"lin"`, `"log"` or `"log10"`
       (the data are compared on that scale, PEtab's observable transformation) and
-      `"normal"` or `"laplace"` (the noise distribution); default lin and normal.
+      `"normal"` or `"laplace"` (the noise distribution, a `ji.Noise`); default lin
+      and normal.
 
     `parameters` of the result holds the nominal values and bounds on the estimation
     scales, so that `theta` everywhere means the estimation-scale vector.
@@ -186,7 +188,7 @@ class Problem(eqx.Module):
     pre_constant: Float[Array, "e pm"] | None
     experiment_names: tuple[str, ...] = eqx.field(static=True)
     transforms: tuple[str, ...] = eqx.field(static=True)
-    distributions: tuple[str, ...] = eqx.field(static=True)
+    distributions: tuple[Noise, ...] = eqx.field(static=True)
     noise_outputs: tuple[bool, ...] = eqx.field(static=True)
     noise_parameters: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
@@ -244,12 +246,9 @@ class Problem(eqx.Module):
             None if override_text is None else tuple(tuple(e) for e in override_text)
         )
         self.transforms = as_scales(transforms or (Scale.lin,) * m, "observable transformation")
-        self.distributions = tuple(distributions or ("normal",) * m)
+        self.distributions = as_noises(distributions or (Noise.normal,) * m, "noise distribution")
         if len(self.transforms) != m or len(self.distributions) != m:
             raise ValueError(f"Give one transform and one distribution per output ({m}).")
-        bad = [d for d in self.distributions if d not in ("normal", "laplace")]
-        if bad:
-            raise ValueError(f"Unknown noise distributions: {bad}.")
         T = max(e.times.size for e in experiments)
         times, data, sigma, observed = [], [], [], []
         t0 = -np.inf if isinstance(model, AlgebraicModel) else float(model.t0)
@@ -388,7 +387,7 @@ class Problem(eqx.Module):
             refuse.append(f"parameters estimated on log scales ({', '.join(logs)})")
         if any(t != Scale.lin for t in self.transforms):
             refuse.append("observable transformations")
-        if any(d != "normal" for d in self.distributions):
+        if any(d is not Noise.normal for d in self.distributions):
             refuse.append("Laplace noise")
         if any(self.noise_outputs) or self.noise_parameters:
             refuse.append("noise parameters")
@@ -432,7 +431,7 @@ class Problem(eqx.Module):
                     (params.upper, model.parameters.upper))))  # fmt: skip
         if not same:
             fixed = jnp.asarray(self.constant[0])
-            model = _reparameterize(model, params, free, fixed, jnp.ones(len(free)))
+            model = reparameterize(model, params, free, fixed, jnp.ones(len(free)))
         return ModelView(model, np.asarray(self.times[0]), data, np.asarray(self.sigma[0]))
 
     @property

@@ -23,6 +23,7 @@ from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state
 from ._base import Problem, unscale
+from ._noise import Noise, per_output
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
@@ -125,16 +126,16 @@ class Prediction(eqx.Module):
     steps: Int[Array, " e"] | None = None
 
 
-_PLAIN = diffrax.RecursiveCheckpointAdjoint()
+PLAIN_ADJOINT = diffrax.RecursiveCheckpointAdjoint()
 
 
 @eqx.filter_jit
-def _predict(
+def predict_kernel(
     problem: Problem,
     theta: Array,
     integrator: Integrator,
     jacobian: bool,
-    adjoint: diffrax.AbstractAdjoint = _PLAIN,
+    adjoint: diffrax.AbstractAdjoint = PLAIN_ADJOINT,
     error_mode: str | None = None,
 ) -> Prediction:
     """The kernel of `predict`; `adjoint` is how the plain solve (no `jacobian`) may be
@@ -205,11 +206,9 @@ def _predict(
     tr = jnp.stack([h[o].forward(pred[..., o], jnp) for o in range(m)], axis=-1)
     trd = jnp.stack([h[o].forward(data[..., o], jnp) for o in range(m)], axis=-1)
     r = jnp.where(observed, (tr - trd) / sigma, 0.0)
-    laplace = jnp.asarray([d == "laplace" for d in problem.distributions])
+    noises = problem.distributions
     log_jac = jnp.stack([h[o].log_jacobian(data[..., o], jnp) for o in range(m)], axis=-1)
-    ll_normal = -0.5 * jnp.log(2 * jnp.pi * sigma**2) - 0.5 * r**2
-    ll_laplace = -jnp.log(2 * sigma) - jnp.abs(r)
-    ll = jnp.where(laplace, ll_laplace, ll_normal) - log_jac
+    ll = per_output(noises, Noise.log_density, r, sigma, xp=jnp) - log_jac
     llh = jnp.sum(jnp.where(observed, ll, 0.0))
     J = noise_J = None
     if jacobian:
@@ -218,9 +217,10 @@ def _predict(
         J = jnp.where(problem.observed[..., None], dY * (scale / sigma)[..., None], 0.0)
         if any(problem.noise_outputs):
             # a noise model with parameters: the Fisher information of a datum has
-            # the term `c (dsigma/dtheta)^T (dsigma/dtheta) / sigma^2` as well (c = 2
-            # for normal noise, 1 for Laplace): rows `sqrt(c) dsigma / sigma`
-            c = jnp.where(laplace, 1.0, 2.0)
+            # the term `c (dsigma/dtheta)^T (dsigma/dtheta) / sigma^2` as well (c the
+            # information of ln sigma, 2 for normal noise, 1 for Laplace): rows
+            # `sqrt(c) dsigma / sigma`
+            c = jnp.asarray([d.scale_information for d in noises])
             dS = jnp.where(jnp.asarray(problem.noise_outputs)[:, None], Y[..., m : 2 * m, :], 0.0)
             noise_J = jnp.where(
                 problem.observed[..., None], dS * (jnp.sqrt(c) / sigma)[..., None], 0.0
@@ -245,8 +245,8 @@ def predict(
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
         out = call_kept(
-            _predict, problem, theta, integrator, bool(jacobian), _PLAIN, on_error_mode(),
-            optimize=solve_optimized(),
+            predict_kernel, problem, theta, integrator, bool(jacobian), PLAIN_ADJOINT,
+            on_error_mode(), optimize=solve_optimized(),
         )  # fmt: skip
     if is_traced(out.ok) or not throw:  # failures are NaN and ok
         return out
@@ -266,8 +266,8 @@ def predict(
         if jacobian:
             with callback_free(theta):
                 plain = call_kept(
-                    _predict, problem, theta, integrator, False, _PLAIN, on_error_mode(),
-                    optimize=solve_optimized(),
+                    predict_kernel, problem, theta, integrator, False, PLAIN_ADJOINT,
+                    on_error_mode(), optimize=solve_optimized(),
                 )  # fmt: skip
             if np.asarray(plain.ok)[~ok].all():
                 raise RuntimeError(

@@ -82,15 +82,18 @@ def sensitivity(
     """The sensitivity matrix of the model outputs with respect to the parameters, with
     labels. See `sensitivity_matrix` for the arguments; this returns a `Sensitivity`
     carrying the names, the outputs and the times along with the matrix. For a
-    `ji.Problem` it is `ji.problem_sensitivity` (noise-weighted, experiments stacked,
-    parameters on their estimation scales)."""
+    `ji.Problem`: the noise-weighted matrix, one row per observed datum (experiments
+    stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the observable
+    transformation and `theta` on the estimation scale, and the noise rows where sigma
+    depends on the parameters; its Gram matrix is the Fisher information. Every selection
+    and rank analysis takes it (`scale=ji.SensitivityScale.noise` marks it)."""
     if isinstance(model, Problem):
         if scale != "none" or times is not None:
             raise ValueError(
                 "For a ji.Problem the rows are its data, weighted by their noise: give "
                 "neither times nor scale (the estimation scales are the problem's)."
             )
-        return problem_sensitivity(model, theta, integrator=integrator)
+        return problem_sensitivity(model, theta, integrator=integrator, throw=resolve_throw(throw))
     check_model(model)
     theta = check_theta(model, theta)
     times = check_times(model, times)

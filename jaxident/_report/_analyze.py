@@ -10,7 +10,6 @@ that close."""
 
 import math
 import warnings
-from fractions import Fraction
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -18,13 +17,15 @@ import numpy as np
 
 from .._fit._profile import profile_problem
 from .._identify._css import select_parameters
+from .._linalg._combinations import linear_combinations, monomial_exponents
+from .._linalg._covariance import marginal, principal_directions
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._dependence import components, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
-    _decision,
     AbstractRankRule,
     near_threshold,
     NearThresholdWarning,
+    rank_and_threshold,
     RelativeTolerance,
     with_accuracy,
 )
@@ -36,120 +37,22 @@ from .._problem._scale import Scale
 from ._result import decades, Group, Report
 
 
-def _integer_vector(v: np.ndarray, max_den: int = 24) -> np.ndarray | None:
-    """`v` up to scale as a vector of small integers, or None when it is not one."""
-    v = v / np.abs(v).max()
-    fr = [Fraction(float(x)).limit_denominator(max_den) for x in v]
-    lcm = 1
-    for f in fr:
-        lcm = lcm * f.denominator // math.gcd(lcm, f.denominator)
-    ints = np.array([int(f * lcm) for f in fr])
-    if np.abs(ints / np.abs(ints).max() - v).max() > 1e-6:
-        return None
-    return ints // np.gcd.reduce(np.abs(ints[ints != 0]))
-
-
-def _complement(N: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of the complement of the columns of `N` (`g x d`)."""
-    U = np.linalg.svd(N, full_matrices=True)[0]
-    return U[:, N.shape[1] :]
-
-
-def _echelon(A: np.ndarray) -> np.ndarray:
-    """The reduced row echelon form of a full-row-rank `A` (partial pivoting)."""
-    A = A.copy()
-    r = 0
-    for c in range(A.shape[1]):
-        if r == A.shape[0]:
-            break
-        i = r + int(np.argmax(np.abs(A[r:, c])))
-        if abs(A[i, c]) < 1e-8 * np.abs(A).max():
-            continue
-        A[[r, i]] = A[[i, r]]
-        A[r] /= A[r, c]
-        for j in range(A.shape[0]):
-            if j != r:
-                A[j] -= A[j, c] * A[r]
-        r += 1
-    return A
-
-
 def _combinations(names, N, monomial: bool, log_units: bool):
     """What the data determine about a group with null directions `N` (`g x d`, log
-    units where `log_scale`): monomials `prod theta_i^a_i` with small integers `a`
-    orthogonal to every null direction, else linear combinations."""
-
+    units where `monomial`), as text: monomials where the directions are small integers
+    (then also their exponents), else linear combinations."""
     g, d = N.shape
     if g == d:
         return (), None
-    if monomial:
-        rows = [_integer_vector(r) for r in _echelon(N.T)]
-        if all(r is not None for r in rows):
-            M = np.array([[int(x) for x in r] for r in rows])
-            # two bases of the same lattice, from the parameters in their order and in
-            # reverse (the echelon form frees the last variables): the one with fewer divisions
-            # reads best (`N*k, I*k, S*k` rather than `S/I, S/N, S*k`)
-            bases = [_monomial_basis(M, N, order) for order in (np.arange(g), np.arange(g)[::-1])]
-            bases = [b for b in bases if b is not None]
-            if bases:
-                best = min(bases, key=lambda b: int(np.sum(b < 0)))
-                return tuple(_monomial(names, a) for a in best), best
-    # the identifiable combinations in reduced row echelon form (each with its own
-    # leading parameter): the same space as the orthogonal complement, but readable
+    exps = monomial_exponents(N) if monomial else None
+    if exps is not None:
+        return tuple(_monomial(names, a) for a in exps), exps
+    log = "log " if log_units else ""
     texts = []
-    for c in _echelon(_complement(N).T):
-        log = "log " if log_units else ""
+    for c in linear_combinations(N):
         terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
         texts.append(f"locally {terms}")
     return tuple(texts), None
-
-
-def rational_null_space(M) -> list[list[Fraction]]:
-    """A basis of the null space of the integer matrix `M` in exact rationals: from its
-    reduced row echelon form (unique), one vector per free column, 1 there and minus the
-    pivot rows' entries at the pivot columns (the basis sympy's `Matrix.nullspace`
-    gives)."""
-    A = [[Fraction(int(x)) for x in row] for row in np.asarray(M)]
-    n = np.shape(M)[1]
-    pivots: list[int] = []
-    for c in range(n):
-        r = len(pivots)
-        p = next((i for i in range(r, len(A)) if A[i][c] != 0), None)
-        if p is None:
-            continue
-        A[r], A[p] = A[p], A[r]
-        A[r] = [x / A[r][c] for x in A[r]]
-        for i in range(len(A)):
-            if i != r and A[i][c] != 0:
-                f = A[i][c]
-                A[i] = [a - f * b for a, b in zip(A[i], A[r])]
-        pivots.append(c)
-    basis = []
-    for free in (c for c in range(n) if c not in pivots):
-        v = [Fraction(0)] * n
-        v[free] = Fraction(1)
-        for row, c in enumerate(pivots):
-            v[c] = -A[row][free]
-        basis.append(v)
-    return basis
-
-
-def _monomial_basis(M, N, order):
-    """Integer exponent vectors spanning the null space of the integer matrix `M` (the
-    monomials orthogonal to the null directions `N`), computed with the columns in
-    `order`; `None` if one is not orthogonal to `N` (rounding in `M`)."""
-    out = []
-    for b in rational_null_space(M[:, order]):
-        den = math.lcm(*(x.denominator for x in b))
-        a = np.zeros(len(order), dtype=int)
-        a[order] = [int(x * den) for x in b]
-        a = a // np.gcd.reduce(np.abs(a[a != 0]))
-        if a[np.flatnonzero(a)[0]] < 0:
-            a = -a
-        if np.abs(N.T @ a).max() > 1e-6 * np.linalg.norm(a):
-            return None
-        out.append(a)
-    return np.array(out, dtype=int)
 
 
 def _monomial(names, a) -> str:
@@ -273,7 +176,7 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
     s = np.linalg.svd(
         np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False
     )
-    tau = float(_decision(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
+    tau = float(rank_and_threshold(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
     out = []
     for W, idx in groups_log:
         ok = bool(np.all(log_ok[list(idx)]))
@@ -281,54 +184,6 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
             v = w * c
             ok = ok and float(np.linalg.norm(A @ v)) <= tau * float(np.linalg.norm(v))
         out.append(ok)
-    return out
-
-
-def _marginal(S, keep, rank):
-    """Marginal standard deviations (estimation units) from the pseudo-inverse of the
-    Fisher information `S^T S` on the subspace the rank resolves (the `rank` largest
-    singular directions of the equilibrated columns `keep`), and the factor `W`
-    (`p x rank`, zero rows outside `keep`) with covariance `W W^T`.
-
-    Every identifiable combination is free to move, so a parameter's standard deviation
-    is its marginal one, not conditional on holding the non-identifiable ones fixed
-    (which freezes combinations the data do determine). The SVD of the equilibrated
-    columns is used, never `S^T S`, which squares the condition number; a thin QR
-    first, so that memory grows with the data only as `S` does."""
-    n, p = S.shape
-    W = np.zeros((p, rank))
-    keep = np.asarray(keep, dtype=int)
-    if keep.size == 0 or rank == 0:
-        return np.full(p, np.inf), W
-    A = S[:, keep]
-    c = np.linalg.norm(A, axis=0)
-    c = np.where(c > 0, c, 1.0)
-    A = A / c
-    R = np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A
-    _, s, Vt = np.linalg.svd(R, full_matrices=False)
-    r = min(rank, int(np.sum(s > 0)))
-    W[keep, :r] = Vt[:r].T / s[:r] / c[:, None]
-    return np.sqrt(np.sum(W**2, axis=1)), W
-
-
-def _weak(W, th, scales, usable, threshold):
-    """Eigen-directions of the marginal covariance of the `usable` parameters (those
-    with a size to measure decades by), in decades, whose standard deviation exceeds
-    `threshold`: `(1 / std, std, direction)`, each direction's largest component
-    positive (an SVD's sign is LAPACK's or a GPU's choice)."""
-    p = len(th)
-    idx = np.flatnonzero(usable)
-    if idx.size == 0 or W.shape[1] == 0:
-        return []
-    per_decade = decades(np.ones(p), th, scales)[idx]
-    P, sd, _ = np.linalg.svd(W[idx] * per_decade[:, None], full_matrices=False)
-    out = []
-    for j in range(sd.size):
-        if sd[j] > threshold:
-            v = np.zeros(p)
-            v[idx] = P[:, j]
-            v = v if v[np.argmax(np.abs(v))] > 0 else -v
-            out.append((1.0 / float(sd[j]), float(sd[j]), v))
     return out
 
 
@@ -397,8 +252,8 @@ def analyze(
     to move; infinite for the non-identifiable parameters (they lie in null directions).
 
     - `profile`: confirm each practically non-identifiable parameter by its profile
-      likelihood (`ji.profile_problem`, 9 values over `threshold` decades either side,
-      the others re-estimated in their bounds): confirmed when twice the negative
+      likelihood (`ji.profile`, 9 values over `threshold` decades either side, the
+      others re-estimated in their bounds): confirmed when twice the negative
       log-likelihood stays within 3.84 (the 95% chi-square quantile, one degree of
       freedom) of its minimum over the range.
 
@@ -474,13 +329,13 @@ def analyze(
     decided_out = no_effect | (member & ~undecided)
     non_id = tuple(n for n, o in zip(names, decided_out) if o)
     # marginal uncertainties on the resolved subspace; inf in the null directions
-    std, W = _marginal(S, np.flatnonzero(~zero_column), k)
+    std, W = marginal(S, np.flatnonzero(~zero_column), k)
     std = np.where(zero_column | member, np.inf, std)
     units = estimation_units(problem, th)
     dec_std = decades(std, th, problem.scales, units)
     sized = np.isfinite(decades(np.ones(p), th, problem.scales, units))
     usable = ~(zero_column | member | undecided) & sized
-    weak = _weak(W, th, problem.scales, usable, threshold)
+    weak = principal_directions(W, decades(np.ones(p), th, problem.scales), usable, threshold)
     g = decades(np.ones(p), th, problem.scales)
     g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
     profiles = {}

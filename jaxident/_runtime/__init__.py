@@ -1,9 +1,8 @@
 """The host layer under everything: settings applied at import (`_config`: float64, the
 persistent compilation cache, the CPU compiler options), whether failures raise
 (`_context`: `throw`, `run_kernel`, `clean_errors`), kernels kept lowered for a second
-process (`_exported`), equinox's error mode (`_equinox`, its one private hook), options
-as enumerations of their names (`_choice`), and batched sweeps over samples (`_sweep`,
-`_sweep_files`).
+process (`_exported`), equinox's error mode (`_equinox`, its one private hook), and options
+as enumerations of their names (`_choice`).
 
 Imports JAX, equinox and NumPy only: nothing else of jaxident.
 """

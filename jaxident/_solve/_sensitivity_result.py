@@ -1,5 +1,5 @@
 """The labelled sensitivity matrix (`ji.Sensitivity`): what `ji.sensitivity` and
-`ji.problem_sensitivity` return and every selection takes."""
+`ji.sensitivity` return and every selection takes."""
 
 import equinox as eqx
 import numpy as np
@@ -11,7 +11,7 @@ from .._runtime._choice import Choice
 class SensitivityScale(Choice):
     """What a sensitivity matrix's entries are: `none`, `dy_i/dtheta_j`; `relative`,
     `(theta_j / y_i) dy_i/dtheta_j` (`dlog y / dlog theta`, the scaled matrix `B_N` of
-    Alberton et al. 2013, eq. 2); `noise`, a problem's (`ji.problem_sensitivity`): each
+    Alberton et al. 2013, eq. 2); `noise`, a problem's (`ji.sensitivity(problem)`): each
     row divided by its datum's noise standard deviation, the parameters on their
     estimation scales. The strings `"none"`, `"relative"` and `"noise"` work too."""
 

@@ -4,13 +4,10 @@ How many samples run side by side (one `vmap`) is chosen per backend: every lane
 vmapped adaptive solve steps until the slowest lane ends, which costs nothing extra
 where lanes run in parallel (a GPU: the whole chunk) but on a CPU makes the batch wait
 for its slowest sample. On a CPU the chunk is therefore mapped in groups of
-`CPU_LANES` (`jax.lax.map(..., batch_size=CPU_LANES)`). Measured with sensitivities of
-the PEtab problems Boehm, Fujita, Schwen and Zheng (1,000 samples, one core,
-`benchmarks/bench_petab.py`): 32 lanes cost per sample 1.08x, 1.0x, 1.0x and 1.0x of
-the best of 1, 32 and 256 lanes, and 0.39, 0.33, 0.59 and 0.44 of a single call; 256
-lanes cost Schwen 1.2x and Zheng 1.6x as much (their step counts vary most between
-samples), one lane (no vmap) 2-3x. Spreading a chunk over forced host devices, one per
-core, was slower on two cores (Fujita, 37 ms a sample against 25.6 ms on one device).
+`CPU_LANES` (`jax.lax.map(..., batch_size=CPU_LANES)`): on a CPU, 32 lanes came
+within 1.08x of the best lane count on four PEtab problems, where 256 lanes let the
+samples whose step counts vary most wait for each other (the measurements: the
+README's "Sweeps" and `benchmarks/bench_petab.py`).
 """
 
 import collections
@@ -28,8 +25,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 from tqdm.auto import tqdm
 
-from ._config import compiler_options, version
-from ._context import no_throw
+from .._runtime._config import compiler_options, version
+from .._runtime._context import no_throw
 from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
 
 
