@@ -10,6 +10,7 @@ that close."""
 
 import math
 import warnings
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -29,11 +30,13 @@ from .._linalg._rank import (
     RelativeTolerance,
     with_accuracy,
 )
+from .._linalg._selection import Selection
 from .._model._base import AbstractModel
 from .._model._checks import check_theta
 from .._problem._base import Experiment, from_scale, Problem
 from .._problem._predict import estimation_units, problem_sensitivity
 from .._problem._scale import Scale
+from .._solve._sensitivity_result import Sensitivity
 from ._result import decades, Group, Report
 
 
@@ -259,43 +262,19 @@ def analyze(
 
     **Returns:** a `Report`.
     """
-    if isinstance(target, Problem):
-        problem = target
-        noise_model = True
-    else:
-        noise_model = sigma is not None
-        times = np.asarray(target.times)
-        problem = Problem(target, Experiment(times, sigma=1.0 if sigma is None else sigma))
+    problem, noise_model = _as_problem(target, sigma)
     if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold > 0):
         raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
     th = np.asarray(check_theta(problem, theta), dtype=float)
     names = problem.parameters.names
     p = len(names)
     base = _tolerances(problem.model.integrator if integrator is None else integrator)
-    sens, rule, sel = _decide(problem, th, base, rank, method, noise_model)
-    accuracy = sens.accuracy
-    resolved = None
-    if np.any(np.asarray(sel.dependence.near)) and sens.accuracy is not None:
-        # the same threshold (the question asked), on sensitivities with more digits:
-        # a quantity that was near it because of the solver's error moves away from it;
-        # one that is truly of its size stays near it (undecided)
-        finer = _tolerances(base, 100.0)
-        again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
-        resolved = float(finer.rtol)
-        if again is None:
-            resolved = -resolved  # the finer solve failed: the first decisions stand
-        else:
-            sens, rule, sel = again
+    decided = _decisions(problem, th, base, rank, method, noise_model)
+    rule, sel = decided.rule, decided.selection
     dep = sel.dependence
-    finer_accuracy = None
-    near_now = np.asarray(dep.near)
-    if resolved is not None and resolved > 0:
-        finer_accuracy = sens.accuracy
-        near_now = np.asarray(near_at_accuracy(dep, finer_accuracy))
-    S = np.asarray(sens.matrix)
+    S = np.asarray(decided.sens.matrix)
     k = int(dep.rank)
     s = np.asarray(dep.singular_values)
-    rel = s / s[0] if s[0] > 0 else s
     p_effect = p - int(np.sum(np.asarray(dep.no_effect)))
     margin = float(s[k - 1] / s[k]) if 0 < k < p_effect and s[k] > 0 else math.inf
     near, near_msg = near_threshold(rule, s, S.shape)
@@ -307,58 +286,37 @@ def analyze(
             NearThresholdWarning,
             stacklevel=2,
         )
-    circuits, undecided = dependent_sets(dep, undecided=near_now)
-    zero_column = np.asarray(dep.no_effect)
+    circuits, undecided = dependent_sets(dep, undecided=decided.near)
+    zero_column, member = np.asarray(dep.no_effect), np.asarray(dep.dependent)
     no_effect = zero_column & ~undecided
-    member = np.asarray(dep.dependent)
+    plu, log_ok = _per_log_unit(problem, th)
     scale = np.asarray(dep.scale)
-    lin = from_scale(th, problem.scales)
-    log_ok = np.array([sc != Scale.lin or v != 0 for sc, v in zip(problem.scales, lin)])
-    plu = np.array(
-        [Scale(sc).per_log_unit(v) if ok else 1.0 for sc, v, ok in zip(problem.scales, lin, log_ok)]
-    )
-    dependent = [c for c in circuits if c.members]
-    index_groups = components([c.involved for c in dependent], p)
-    groups_log = [(_group_directions(dependent, g, scale, plu), g) for g in index_groups]
-    symmetric = _symmetric(problem, th, base, rule, _groups_full(groups_log, p), log_ok)
-    groups = []
-    for (Ng, g), sym in zip(groups_log, symmetric):
-        gnames = tuple(names[i] for i in g)
-        texts, exps = _combinations(gnames, Ng, sym, bool(np.all(log_ok[list(g)])))
-        groups.append(Group(gnames, Ng, texts, exps is not None, exps))
+    groups = _groups(problem, th, base, rule, circuits, scale, plu, log_ok)
     decided_out = no_effect | (member & ~undecided)
-    non_id = tuple(n for n, o in zip(names, decided_out) if o)
     # marginal uncertainties on the resolved subspace; inf in the null directions
     std, W = marginal(S, np.flatnonzero(~zero_column), k)
     std = np.where(zero_column | member, np.inf, std)
     units = estimation_units(problem, th)
-    dec_std = decades(std, th, problem.scales, units)
-    sized = np.isfinite(decades(np.ones(p), th, problem.scales, units))
-    usable = ~(zero_column | member | undecided) & sized
-    weak = principal_directions(W, decades(np.ones(p), th, problem.scales), usable, threshold)
-    g = decades(np.ones(p), th, problem.scales)
-    g = np.where(g > 0, 1 / g, 1.0)  # estimation units per decade
+    per_decade = decades(np.ones(p), th, problem.scales)
+    usable = ~(zero_column | member | undecided) & np.isfinite(
+        decades(np.ones(p), th, problem.scales, units)
+    )
+    weak = principal_directions(W, per_decade, usable, threshold)
+    flagged = usable & (decades(std, th, problem.scales, units) > threshold)
     profiles = {}
     if profile:
-        for n in [names[i] for i in range(p) if usable[i] and dec_std[i] > threshold]:
-            i = names.index(n)
-            values = th[i] + np.linspace(-1.0, 1.0, 9) * threshold * g[i]
-            lo, up = problem.parameters.lower[i], problem.parameters.upper[i]
-            values = np.clip(values, float(lo), float(up))
-            profiles[n] = profile_problem(
-                problem, n, np.unique(values), theta0=th, integrator=integrator, progress=progress
-            )
+        profiles = _profiles(problem, th, flagged, per_decade, threshold, integrator, progress)
     return Report(
         name=name or problem.name or type(problem.model).__name__,
         names=names,
         theta=th,
         scales=problem.scales,
-        singular_values=rel,
+        singular_values=s / s[0] if s[0] > 0 else s,
         rank=k,
         rank_rule=rule.describe(s, S.shape),
         margin=margin,
-        non_identifiable=non_id,
-        groups=tuple(groups),
+        non_identifiable=tuple(n for n, o in zip(names, decided_out) if o),
+        groups=groups,
         selection=sel,
         std=std,
         threshold=float(threshold),
@@ -370,13 +328,93 @@ def analyze(
         no_effect=tuple(n for n, z in zip(names, no_effect) if z),
         undecided=tuple(n for n, u in zip(names, undecided) if u),
         units=units,
-        accuracy=accuracy,
-        resolved_rtol=resolved,
+        accuracy=decided.accuracy,
+        resolved_rtol=decided.resolved,
         distance=np.asarray(dep.distance) / float(dep.threshold)
         if float(dep.threshold) > 0
         else np.asarray(dep.distance),
         null_directions=tuple(_log_direction(c.direction, scale, plu) for c in circuits),
     )
+
+
+def _as_problem(target, sigma):
+    """The API edge: `(problem, noise_model)`; a model alone is one experiment at its
+    own times without data, its noise `sigma` (else 1, and no noise model)."""
+    if isinstance(target, Problem):
+        return target, True
+    sigma_ = 1.0 if sigma is None else sigma
+    return Problem(target, Experiment(np.asarray(target.times), sigma=sigma_)), sigma is not None
+
+
+class _Decided(NamedTuple):
+    sens: Sensitivity  # the sensitivities the decisions were taken on
+    rule: AbstractRankRule
+    selection: Selection  # its `dependence` holds every decision
+    resolved: float | None  # the re-solve's rtol (negative: it failed); None: none
+    near: np.ndarray  # the decisions still within reach of their threshold
+    accuracy: float | None  # the first solve's accuracy
+
+
+def _decisions(problem, th, base, rank, method, noise_model) -> _Decided:
+    """Every decision at `th`, taken again on sensitivities solved 100 times more
+    accurately where one is within reach of its threshold."""
+    sens, rule, sel = _decide(problem, th, base, rank, method, noise_model)
+    first = sens.accuracy
+    if not (np.any(np.asarray(sel.dependence.near)) and first is not None):
+        return _Decided(sens, rule, sel, None, np.asarray(sel.dependence.near), first)
+    # the same threshold (the question asked), on sensitivities with more digits: a
+    # quantity that was near it because of the solver's error moves away from it; one
+    # that is truly of its size stays near it (undecided)
+    finer = _tolerances(base, 100.0)
+    again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
+    if again is None:  # the finer solve failed: the first decisions stand
+        return _Decided(sens, rule, sel, -float(finer.rtol), np.asarray(sel.dependence.near), first)
+    sens, rule, sel = again
+    near = np.asarray(near_at_accuracy(sel.dependence, sens.accuracy))
+    return _Decided(sens, rule, sel, float(finer.rtol), near, first)
+
+
+def _per_log_unit(problem, th):
+    """Each parameter's estimation units per log unit, and whether it has a log (a
+    linear-scale parameter at 0 has none)."""
+    lin = from_scale(th, problem.scales)
+    log_ok = np.array([sc != Scale.lin or v != 0 for sc, v in zip(problem.scales, lin)])
+    plu = np.array(
+        [Scale(sc).per_log_unit(v) if ok else 1.0 for sc, v, ok in zip(problem.scales, lin, log_ok)]
+    )
+    return plu, log_ok
+
+
+def _groups(problem, th, base, rule, circuits, scale, plu, log_ok) -> tuple[Group, ...]:
+    """The non-identifiable groups (connected dependent sets), each with its null
+    directions on the log scale and what the data still determine about it."""
+    names, p = problem.parameters.names, problem.parameters.p
+    dependent = [c for c in circuits if c.members]
+    index_groups = components([c.involved for c in dependent], p)
+    groups_log = [(_group_directions(dependent, g, scale, plu), g) for g in index_groups]
+    symmetric = _symmetric(problem, th, base, rule, _groups_full(groups_log, p), log_ok)
+    groups = []
+    for (Ng, g), sym in zip(groups_log, symmetric):
+        gnames = tuple(names[i] for i in g)
+        texts, exps = _combinations(gnames, Ng, sym, bool(np.all(log_ok[list(g)])))
+        groups.append(Group(gnames, Ng, texts, exps is not None, exps))
+    return tuple(groups)
+
+
+def _profiles(problem, th, flagged, per_decade, threshold, integrator, progress):
+    """The profile likelihood of each `flagged` parameter over `threshold` decades
+    either side of `th` (9 values, clipped to its bounds)."""
+    out = {}
+    units = np.where(per_decade > 0, 1 / per_decade, 1.0)  # estimation units per decade
+    for i in np.flatnonzero(flagged):
+        n = problem.parameters.names[i]
+        values = th[i] + np.linspace(-1.0, 1.0, 9) * threshold * units[i]
+        lo, up = problem.parameters.lower[i], problem.parameters.upper[i]
+        values = np.clip(values, float(lo), float(up))
+        out[n] = profile_problem(
+            problem, n, np.unique(values), theta0=th, integrator=integrator, progress=progress
+        )
+    return out
 
 
 def _groups_full(groups_log, p):
