@@ -80,7 +80,6 @@ p = len(names)
 th = np.asarray(problem.parameters.nominal, dtype=float)
 units = estimation_units(problem, th)
 base = problem.model.integrator
-fine = eqx.tree_at(lambda i: (i.rtol, i.atol), base, (1e-11, base.atol * 1e-11 / base.rtol))
 observed = np.asarray(problem.observed)
 noisy = observed & np.asarray(problem.noise_outputs)[None, None, :]
 
@@ -218,9 +217,8 @@ std_fd = np.full(p, np.inf)
 std_fd[keep] = np.sqrt(np.sum(W**2, axis=1))
 # the pseudo-inverse at rank k is resolved by the FD only where its k-th singular value
 # stands clear of the FD's noise: the next singular value (its floor when the rank is
-# right) and the difference between the two steps' matrices
-# (the solver's error over the step, which the Richardson estimate does not see, shows
-# as the difference of the two steps' matrices, equilibrated alike)
+# right) and the difference between the two steps' matrices, equilibrated alike (the
+# solver's error over the step, which the Richardson estimate does not see)
 noise = np.linalg.norm((J2 - J1)[:, keep] / cj, 2) / np.linalg.norm(JA / cj, 2)
 floor = sj[k] / sj[0] if k < sj.size else 0.0
 separated = k == 0 or sj[k - 1] / sj[0] > 10 * max(noise, floor)
