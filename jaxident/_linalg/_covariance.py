@@ -6,6 +6,22 @@ that memory grows with the data only as the matrix does."""
 import numpy as np
 
 
+def equilibrated(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`(A / c, c)`: the columns of `A` at unit norm (a zero column stays zero), and
+    their norms `c` (1 for a zero column)."""
+    c = np.linalg.norm(A, axis=0)
+    c = np.where(c > 0, c, 1.0)
+    return A / c, c
+
+
+def thin_svd(A: np.ndarray, compute_uv: bool = True):
+    """The singular values (and with `compute_uv`, `(U, s, Vt)` of the small factor:
+    `s` and `Vt` are `A`'s) through a thin QR first where `A` is tall, so that memory
+    grows with `A`'s rows only as `A` does."""
+    R = np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A
+    return np.linalg.svd(R, full_matrices=False, compute_uv=compute_uv)
+
+
 def marginal(S: np.ndarray, keep, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Marginal standard deviations (the units of `S`'s columns) from the
     pseudo-inverse of the Fisher information `S^T S` on the subspace the rank resolves
@@ -22,12 +38,8 @@ def marginal(S: np.ndarray, keep, rank: int) -> tuple[np.ndarray, np.ndarray]:
     keep = np.asarray(keep, dtype=int)
     if keep.size == 0 or rank == 0:
         return np.full(p, np.inf), W
-    A = S[:, keep]
-    c = np.linalg.norm(A, axis=0)
-    c = np.where(c > 0, c, 1.0)
-    A = A / c
-    R = np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A
-    _, s, Vt = np.linalg.svd(R, full_matrices=False)
+    A, c = equilibrated(S[:, keep])
+    _, s, Vt = thin_svd(A)
     r = min(rank, int(np.sum(s > 0)))
     W[keep, :r] = Vt[:r].T / s[:r] / c[:, None]
     return np.sqrt(np.sum(W**2, axis=1)), W

@@ -19,7 +19,7 @@ import numpy as np
 from .._fit._profile import profile_problem
 from .._identify._css import select_parameters
 from .._linalg._combinations import linear_combinations, monomial_exponents
-from .._linalg._covariance import marginal, principal_directions
+from .._linalg._covariance import equilibrated, marginal, principal_directions, thin_svd
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._dependence import components, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
@@ -172,13 +172,8 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
             break
     else:
         return [False] * len(groups_log)
-    A = _log_columns(np.asarray(sens2.matrix), th2, problem.scales)[0]
-    c = np.linalg.norm(A, axis=0)
-    c = np.where(c > 0, c, 1.0)
-    A = A / c
-    s = np.linalg.svd(
-        np.linalg.qr(A, mode="r") if A.shape[0] >= A.shape[1] else A, compute_uv=False
-    )
+    A, c = equilibrated(_log_columns(np.asarray(sens2.matrix), th2, problem.scales)[0])
+    s = thin_svd(A, compute_uv=False)
     tau = float(rank_and_threshold(rule, s, A.shape)[1]) if s.size and s[0] > 0 else 0.0
     out = []
     for W, idx in groups_log:
