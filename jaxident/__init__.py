@@ -11,11 +11,7 @@ from . import (
 )
 from ._fit._estimate import Estimate as Estimate, estimate as estimate
 from ._fit._multistart import MultiStart as MultiStart
-from ._fit._profile import (
-    Profile as Profile,
-    profile as profile,
-    profile_problem as _profile_problem,
-)
+from ._fit._profile import Profile as Profile, profile as profile
 from ._fit._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
@@ -156,9 +152,7 @@ __version__ = _config.version()
 problem_sensitivity = _deprecated(
     _problem_sensitivity, "ji.problem_sensitivity", "ji.sensitivity(problem, theta)"
 )
-profile_problem = _deprecated(
-    _profile_problem, "ji.profile_problem", "ji.profile(problem, name, values)"
-)
+profile_problem = _deprecated(profile, "ji.profile_problem", "ji.profile(problem, name, values)")
 
 
 def __getattr__(name):

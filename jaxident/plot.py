@@ -197,14 +197,11 @@ def profile(prof, *, true: Mapping[str, float] | None = None):
         ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel(prof.name, fontsize="small")
     ax = list(axes.flat)[len(names)]
+    # the negative log-likelihood: twice its rise, against the 95% chi-square bound
     cost = np.asarray(prof.cost, float)
-    if np.all(cost[np.isfinite(cost)] > 0):
-        ax.semilogy(x, np.maximum(cost, 1e-300), "o", ms=3, color="0.3")
-        ax.set_title("cost", fontsize="small")
-    else:  # a negative log-likelihood: twice its rise, against the 95% chi-square bound
-        ax.plot(x, 2 * (cost - np.nanmin(cost)), "o-", ms=3, color="0.3")
-        ax.axhline(3.84, color="tab:red", ls="--", lw=1)
-        ax.set_title("2 (-log L - min)", fontsize="small")
+    ax.plot(x, 2 * (cost - np.nanmin(cost)), "o-", ms=3, color="0.3")
+    ax.axhline(3.84, color="tab:red", ls="--", lw=1)
+    ax.set_title("2 (-log L - min)", fontsize="small")
     ax.set_xlabel(prof.name, fontsize="small")
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)

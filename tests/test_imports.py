@@ -199,3 +199,46 @@ def test_no_private_name_imported_across_subpackages():
     assert _private_names_across({"jaxident._fit._multistart": probe}) == [
         ("jaxident._fit._multistart", "jaxident._problem._predict", "_x")
     ]
+
+
+# Where the library asks whether it was given a `Problem` (issue 48: a model becomes a
+# problem at the API edge, and every analysis has one code path). Each entry is a
+# function with its reason; the list only shrinks.
+PROBLEM_FORKS = {
+    # the API edge: a model or a problem in, one object out
+    ("jaxident._report._analyze", "_as_problem"): "a model alone becomes a problem",
+    ("jaxident._fit._profile", "profile"): "the deprecated form for a model with data",
+    ("jaxident._identify._lserc", "outputs_of"): "ModelOutputs or ProblemOutputs",
+    ("jaxident.cli", "cmd_fit"): "a model name has no data to fit",
+    ("jaxident.cli", "cmd_analyze"): "a model name or a PEtab file",
+    # a model's output sensitivities (times, scales) are another quantity than a
+    # problem's noise-weighted residual sensitivities
+    ("jaxident._problem._sensitivity", "sensitivity"): "two quantities",
+    # two fit engines until one serves both (the model's jittable least squares and
+    # the problem's bounded likelihood fit)
+    ("jaxident._fit._estimate", "estimate"): "two fit engines",
+    ("jaxident._identify._stepwise", "_stepwise"): "two fit engines",
+}
+
+
+def _problem_forks(extra: str = "") -> set:
+    out = set()
+    for mod, f in _modules().items():
+        tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+                        and len(node.args) == 2 and "Problem" in ast.unparse(node.args[1])):
+                    out.add((mod, fn.name))
+    # (a function nested in another counts for both: the outer one holds the fork)
+    return out
+
+
+def test_problem_forks_only_at_the_edge():
+    found = _problem_forks()
+    assert found - set(PROBLEM_FORKS) == set()
+    assert set(PROBLEM_FORKS) - found == set()  # a mended fork leaves the list
+    probe = "\ndef _probe(x):\n    return isinstance(x, (Problem, int))\n"
+    assert ("jaxident._fit._multistart", "_probe") in _problem_forks(probe) - found

@@ -1,8 +1,9 @@
-"""Profile likelihood: hold a parameter on a grid, re-estimate the others; of a model's
-least squares (`ji.estimate`'s engine) or of a problem's likelihood (the multi-start
-engine, `_multistart._fit_problem`)."""
+"""Profile likelihood: hold a parameter on a grid, re-estimate the others by the
+multi-start engine's fit (`_multistart.fit_once`); a model with data is a problem
+(`Problem.from_model`)."""
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Sequence
 
 import equinox as eqx
 import numpy as np
@@ -13,11 +14,9 @@ from tqdm.auto import tqdm
 from .. import plot
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta
-from .._model._transforms import fix_parameters
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._estimate import estimate
 from ._multistart import fit_once
 
 
@@ -26,8 +25,8 @@ class Profile(eqx.Module):
     re-estimated.
 
     **Fields:** `name` (the profiled parameter), `values`, `names` (the re-estimated
-    ones), `estimates` (`(n_values, p - 1)`), `cost` (`(n_values,)`: the least-squares
-    cost of a model's fit, the negative log-likelihood of a problem's), `ok`.
+    ones), `estimates` (`(n_values, p - 1)`), `cost` (`(n_values,)`: the negative
+    log-likelihood), `ok`.
 
     **Methods:** `slope`, `to_dict`, `plot` (the profile and the re-estimated
     parameters).
@@ -74,74 +73,91 @@ class Profile(eqx.Module):
 
 @clean_errors
 def profile(
-    model: AbstractModel | Problem,
-    data: ArrayLike | Sequence | Trajectory | str | None = None,
-    name: str | Sequence[str] | ArrayLike | None = None,
-    values: ArrayLike | Sequence | None = None,
-    times: ArrayLike | Sequence | None = None,
-    *,
+    problem: Problem | AbstractModel,
+    # (a model's data and the name, in the deprecated form for a model with data)
+    name: str | Sequence[str] | ArrayLike | Trajectory | None = None,
+    values: ArrayLike | Sequence | str | None = None,
+    *legacy,
     theta0: ArrayLike | dict | Sequence | None = None,
+    integrator: Integrator | None = None,
+    max_steps: int = 100,
     progress: bool = True,
-    **kwargs,
+    **legacy_kwargs,
 ) -> "Profile | dict[str, Profile]":
-    """Profile of one parameter: hold `name` at each of `values` and re-estimate all the
-    others by `ji.estimate` (Schumann-Bischoff et al. 2016, Figs. 9 and 18; Raue et al.
-    2009). The walk starts at the value nearest `theta0[name]` and moves outwards, each fit
+    """The profile likelihood (Raue et al. 2009; Schumann-Bischoff et al. 2016, Figs. 9
+    and 18): hold the parameter `name` at each of `values` and re-estimate all the others
+    in their bounds, by the multi-start engine's fit (`ji.estimate(problem)`'s, noise
+    parameters, Laplace noise and observable transformations included; one compilation
+    for every value). The walk starts at the value nearest `theta0[name]` (default the
+    nominal values; `theta0=fits.best` profiles at a fit) and moves outwards, each fit
     starting from its neighbour's estimate.
 
-    **A problem** (`ji.profile(problem, "k", values)`, `ji.profile(problem, ["k", "V"])`,
-    or every parameter with no name; `theta0=fits.best` profiles at a fit): the negative
-    log-likelihood, the others re-estimated in their bounds by the multi-start engine
-    (`ji.estimate(problem, ...)`'s fit, noise parameters included); `values` on the
-    estimation scale (default 15 values across the parameter's bounds). Returns a
-    `Profile` for one name, else `{name: Profile}`.
+    - `problem`: a `ji.Problem`; a model with data becomes one by
+      `ji.Problem.from_model(model, data, times, sigma)`.
+    - `name`: one parameter, several, or `None` for every one.
+    - `values`: the grid on the parameter's estimation scale (default 15 values across
+      its bounds).
 
-    **A model:** `model`, `data`, `times`, `theta0` and `**kwargs` (`sigma`, `solver`,
-    `bounds`, `max_steps`, `integrator`) as for `ji.estimate`; `name` and `values` the
-    profiled parameter and its grid.
-
-    **Returns:** a `Profile` (failed fits are NaN with `ok = False`, not an error).
+    **Returns:** a `Profile` for one name (its `cost` the negative log-likelihood; a
+    failed fit is NaN with `ok = False`, not an error), else `{name: Profile}`.
 
     **Example:**
 
     ```python
     aug = ji.free_initial_state(ji.models.load("colpitts"))
-    prof = ji.profile(aug, data, "p4", jnp.linspace(5.5, 7.0, 16))
+    problem = ji.Problem.from_model(aug, data, times)
+    prof = ji.profile(problem, "p4", jnp.linspace(5.5, 7.0, 16))
     prof.slope()   # {'x1': ..., 'p1': < 0, 'p2': < 0, 'p3': ~ 0}
     ```
     """
-    if isinstance(model, Problem):
-        if isinstance(data, (str, list, tuple)):  # ji.profile(problem, "k", values)
-            if values is not None:
-                raise TypeError("ji.profile(problem, names, values): values given twice.")
-            data, name, values = None, data, name
-        if data is not None or times is not None:
-            raise TypeError("A problem holds its data and times: give neither.")
-        names = model.parameters.names if name is None else name
-        one = isinstance(names, str)
-        out = {
-            n: profile_problem(model, n, values, theta0=theta0, progress=progress, **kwargs)
-            for n in ([names] if one else names)
-        }
-        return out[names] if one else out
+    if not isinstance(problem, Problem):  # the API edge: a model with data
+        problem, name, values = _from_model(problem, name, values, legacy, legacy_kwargs)
+    elif legacy or legacy_kwargs:
+        raise TypeError(
+            "ji.profile(problem, name, values, *, theta0, integrator, max_steps, progress): "
+            "a problem holds its data, times and noise; got also "
+            f"{', '.join([f'{len(legacy)} more positional argument(s)'] * bool(legacy) + list(legacy_kwargs))}."
+        )
+    names = problem.parameters.names if name is None else name
+    one = isinstance(names, str)
+    out = {
+        n: _profile(problem, n, values, theta0, integrator, max_steps, progress)
+        for n in ([names] if one else names)
+    }
+    return out[names] if one else out
+
+
+def _from_model(model, name, values, legacy, kwargs):
+    """`ji.profile(model, data, name, values, times, sigma=...)`, the form before a model
+    with data became a problem: the problem it means, its name and values, with a
+    deprecation warning."""
+    warnings.warn(
+        "ji.profile(model, data, name, values, times) is deprecated and will be removed "
+        "in the next release: use ji.profile(ji.Problem.from_model(model, data, times, "
+        "sigma), name, values).",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    check_model(model)
+    if "data" in kwargs:  # ji.profile(model, data=..., name=..., values=...)
+        data, times = kwargs.pop("data"), kwargs.pop("times", None)
+        if legacy:
+            raise TypeError("ji.profile(model, data=..., name=..., values=...): too many arguments.")
+    else:  # the arguments shift by the data
+        data, name, values, times = name, values, *(tuple(legacy) + (None, None))[:2]
+        times = kwargs.pop("times", times)
+        if len(legacy) > 2:
+            raise TypeError("ji.profile(model, data, name, values, times): too many arguments.")
+    sigma = kwargs.pop("sigma", 1.0)
+    if kwargs:
+        raise TypeError(
+            f"{', '.join(kwargs)}: a profile is fitted by the problem engine, in the "
+            "parameters' bounds; give theta0, integrator, max_steps or progress."
+        )
     if data is None or name is None or values is None:
         raise TypeError("Give the data, the parameter's name and its values.")
-    check_model(model)
-    params = model.parameters
-    j = params.index(name)
-    values = _grid(values)
-    theta0 = np.asarray(check_theta(model, theta0))
-    free = [i for i in range(params.p) if i != j]
-    est, cost, ok = _walk(values, theta0[j], theta0[free], name, progress, _model_fit(
-        model, data, times, name, kwargs))  # fmt: skip
-    return Profile(
-        name=name,
-        values=values,
-        names=tuple(params.names[i] for i in free),
-        estimates=est,
-        cost=cost,
-        ok=ok,
-    )
+    data = data.ys if isinstance(data, Trajectory) else data
+    return Problem.from_model(model, data, times, sigma), name, values
 
 
 def _grid(values) -> np.ndarray:
@@ -170,32 +186,8 @@ def _walk(values, at, guess0, name, progress, fit):
     return est, cost, ok
 
 
-def _model_fit(model, data, times, name, kwargs):
-    kwargs.setdefault("throw", False)
-
-    def fit(value, guess):
-        reduced = fix_parameters(model, {name: value})
-        est = estimate(reduced, data, times, theta0=guess, **kwargs)
-        return np.asarray(est.theta), float(est.cost), bool(est.ok)
-
-    return fit
-
-
-def profile_problem(
-    problem: Problem,
-    name: str,
-    values: ArrayLike | None = None,
-    *,
-    theta0: ArrayLike | Mapping | None = None,
-    integrator: Integrator | None = None,
-    max_steps: int = 100,
-    progress: bool = True,
-) -> Profile:
-    """The profile likelihood of one parameter of a problem (on its estimation scale):
-    held at each of `values` (default 15 across its bounds), the others re-estimated in
-    their bounds by the multi-start engine's fit (one compilation for every value),
-    walking outwards from the value nearest `theta0`. `cost` is the negative
-    log-likelihood (noise parameters, Laplace noise and transformations included)."""
+def _profile(problem, name, values, theta0, integrator, max_steps, progress) -> Profile:
+    """The profile of one parameter (`ji.profile`)."""
     j = problem.parameters.index(name)
     if values is None:
         lo, up = float(problem.parameters.lower[j]), float(problem.parameters.upper[j])

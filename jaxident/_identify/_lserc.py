@@ -16,6 +16,7 @@ from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarning
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
+from .._model._transforms import fix_parameters
 from .._model._nonsmooth import directions_matrix, ld_jvp
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
@@ -62,8 +63,18 @@ class ModelOutputs(eqx.Module):
         solved = solve(self.model, theta, self.times, integrator, diffrax.ForwardMode())
         return solved.ys.reshape(-1), (solved.ok, status(solved))
 
+    @property
+    def owner(self) -> AbstractModel:
+        """What the parameter vectors are given for: the model."""
+        return self.model
+
     def linear(self, theta):
         return theta
+
+    def reduction(self, fixed: dict) -> dict:
+        """The `Reduction` fields of the model with `fixed` held (none if empty)."""
+        model = fix_parameters(self.model, fixed) if fixed else None
+        return dict(reduced_model=model, reduced_problem=None, scales=None)
 
     def raise_if_failed(self, x, st):
         return raise_if_failed(self.model, x, st)
@@ -88,8 +99,20 @@ class ProblemOutputs(eqx.Module):
         y = jnp.where(problem.observed, out.outputs, 0.0).reshape(-1)
         return y, (jnp.all(out.ok), out.ok)
 
+    @property
+    def owner(self) -> Problem:
+        """What the parameter vectors are given for: the problem, on its estimation
+        scales."""
+        return self.problem
+
     def linear(self, theta):
         return unscale(theta, self.problem.scales)
+
+    def reduction(self, fixed: dict) -> dict:
+        """The `Reduction` fields of the problem with `fixed` held (none if empty)."""
+        problem = self.problem.fix(fixed) if fixed else None
+        return dict(reduced_model=None, reduced_problem=problem,
+                    scales=tuple(map(str, self.problem.scales)))  # fmt: skip
 
     def raise_if_failed(self, x, ok):
         return eqx.error_if(
@@ -107,27 +130,23 @@ class ProblemOutputs(eqx.Module):
 
 
 def outputs_of(target, times, method, what: str):
-    """`(model, outputs, owner)`: L-SERC's outputs of a model (at `times`, default its
-    own), of a problem of one model with data (as that model, `Problem.as_model`), or of
-    any other problem (`ProblemOutputs`); `owner` is what the parameter vectors are given
-    for (the model, or the problem: its parameters on their estimation scales). The
-    model and `method` are checked first."""
-    if isinstance(target, Problem):
-        if times is not None:
-            raise TypeError("A problem holds its times: give none.")
-        if not target.is_one_model:
-            check_method(target.model, method)
-            if any(target.noise_outputs):
-                raise ValueError(
-                    f"{what} tests what the outputs determine; this problem estimates noise "
-                    "parameters, which enter no output. Load it with the noise parameters "
-                    "held (ji.petab.load(..., estimate_noise=False), the default)."
-                )
-            return target.model, ProblemOutputs(target), target
-        view = target.as_model(what)
-        target, times = view.model, view.times
-    check_method(target, method)
-    return target, ModelOutputs(target, check_times(target, times)), target
+    """`(model, outputs)`: what L-SERC differentiates, checked with `method`: a model's
+    outputs (at `times`, default its own: `ModelOutputs`), or a problem's measured
+    outputs (`ProblemOutputs`); the outputs object carries what the parameter vectors
+    are given for (its `parameters` and `scales`) and the reduced problem or model."""
+    if not isinstance(target, Problem):  # the API edge: a model alone
+        check_method(target, method)
+        return target, ModelOutputs(target, check_times(target, times))
+    if times is not None:
+        raise TypeError("A problem holds its times: give none.")
+    check_method(target.model, method)
+    if any(target.noise_outputs):
+        raise ValueError(
+            f"{what} tests what the outputs determine; this problem estimates noise "
+            "parameters, which enter no output. Load it with the noise parameters held "
+            "(ji.petab.load(..., estimate_noise=False), the default)."
+        )
+    return target.model, ProblemOutputs(target)
 
 
 @eqx.filter_jit
@@ -437,9 +456,8 @@ def lserc(
     `rref(V_r^T)` (eqs. 14-15, 22-23) are the locally non-identifiable parameters, each
     isolated or pairwise with the other nonzeros of its row.
 
-    **Arguments:** `model` (or a `ji.Problem`: one of one model with data is analysed
-    as that model, see `Problem.as_model`; any other, of several experiments, log
-    scales, steady states or pre-equilibration, through its measured outputs, every
+    **Arguments:** `model` (or a `ji.Problem`, of one experiment or several, with log
+    scales, steady states or pre-equilibration: through its measured outputs, every
     experiment's stacked, as functions of its parameters; `theta` is then on the
     estimation scales, and the probes' points on the linear scale; a problem that
     estimates noise parameters is refused: they enter no output), `theta` (default
@@ -458,9 +476,9 @@ def lserc(
     res.non_identifiable, res.pairwise   # ('theta2', 'theta3'), {'theta3': ('theta4',)}
     ```
     """
-    model, outputs, owner = outputs_of(model, times, method, "ji.lserc")
-    params = owner.parameters
-    theta = outputs.linear(check_theta(owner, theta))
+    model, outputs = outputs_of(model, times, method, "ji.lserc")
+    params = outputs.owner.parameters
+    theta = outputs.linear(check_theta(outputs.owner, theta))
     D, kinds = probe_directions(params.p, method)
     integrator = model.integrator if integrator is None else integrator
     method = at_accuracy(method, model, integrator, theta.dtype)

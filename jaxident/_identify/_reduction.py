@@ -11,7 +11,6 @@ from jaxtyping import Array, ArrayLike
 
 from .._model._base import AbstractModel, Integrator
 from .._model._sampling import latin_hypercube
-from .._model._transforms import fix_parameters
 from .._problem._base import Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
@@ -158,10 +157,9 @@ def reduce_parameters(
 
     **Arguments:**
 
-    - `model`: the model, or a `ji.Problem` (as `ji.lserc` takes it: one of one model
-      with data as that model; any other through its measured outputs, its samples,
-      bounds and fixed values on the estimation scales, and the result's
-      `reduced_problem` the problem with the parameters fixed).
+    - `model`: the model, or a `ji.Problem` (as `ji.lserc` takes it: through its
+      measured outputs, its samples, bounds and fixed values on the estimation scales,
+      and the result's `reduced_problem` the problem with the parameters fixed).
     - `samples`: an `(n, p)` array of parameter points; or give `key` (and `n`, `box`,
       default the bounds) for Latin-hypercube samples.
     - `fix_at`: `ji.FixAt.mean` (the sample mean of each fixed parameter, the paper's
@@ -184,7 +182,8 @@ def reduce_parameters(
     red.non_identifiable, red.reduced_model.parameters.names
     ```
     """
-    model, outputs, owner = outputs_of(model, times, method, "ji.reduce_parameters")
+    model, outputs = outputs_of(model, times, method, "ji.reduce_parameters")
+    owner = outputs.owner
     if not isinstance(fix_at, dict):
         fix_at = FixAt.of(fix_at, "fix_at (or a {name: value} dict)")
     params = owner.parameters
@@ -225,7 +224,6 @@ def reduce_parameters(
     else:
         fixed = {nm: float(nominal[names.index(nm)]) for nm in lni}
     some = bool(fixed) and len(fixed) < p
-    problem = isinstance(owner, Problem)
     return Reduction(
         names=names,
         counts=counts,
@@ -235,7 +233,5 @@ def reduce_parameters(
         mask=mask,
         ok=ok,
         fixed=fixed,
-        reduced_model=fix_parameters(model, fixed) if some and not problem else None,
-        reduced_problem=owner.fix(fixed) if some and problem else None,
-        scales=tuple(map(str, owner.scales)) if problem else None,
+        **outputs.reduction(fixed if some else {}),
     )

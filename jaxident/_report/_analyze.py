@@ -16,7 +16,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from .._fit._profile import profile_problem
+from .._fit._profile import profile as profile_likelihood
 from .._identify._css import select_parameters
 from .._linalg._combinations import linear_combinations, monomial_exponents
 from .._linalg._covariance import equilibrated, marginal, principal_directions, thin_svd
@@ -406,7 +406,7 @@ def _profiles(problem, th, flagged, per_decade, threshold, integrator, progress)
         values = th[i] + np.linspace(-1.0, 1.0, 9) * threshold * units[i]
         lo, up = problem.parameters.lower[i], problem.parameters.upper[i]
         values = np.clip(values, float(lo), float(up))
-        out[n] = profile_problem(
+        out[n] = profile_likelihood(
             problem, n, np.unique(values), theta0=th, integrator=integrator, progress=progress
         )
     return out
