@@ -28,7 +28,7 @@ def _one_core_per_worker() -> None:
 
 _one_core_per_worker()
 
-# No persistent compilation cache in the test suite (tests/test_compile.py tests it in
+# No persistent compilation cache in the test suite (tests/runtime/test_compile.py tests it in
 # folders of its own): with one shared by the two workers and the notebook kernels, a
 # worker aborted deserialising an entry (2026-11-24). XLA's CPU backend also crashed
 # compiling (a segfault; "Failed to materialize symbols") in a worker that had compiled

@@ -113,10 +113,11 @@ def profile(
     if not isinstance(problem, Problem):  # the API edge: a model with data
         problem, name, values = _from_model(problem, name, values, legacy, legacy_kwargs)
     elif legacy or legacy_kwargs:
+        extra = [f"{len(legacy)} more positional argument(s)"] * bool(legacy)
         raise TypeError(
             "ji.profile(problem, name, values, *, theta0, integrator, max_steps, progress): "
-            "a problem holds its data, times and noise; got also "
-            f"{', '.join([f'{len(legacy)} more positional argument(s)'] * bool(legacy) + list(legacy_kwargs))}."
+            f"a problem holds its data, times and noise; got also "
+            f"{', '.join(extra + list(legacy_kwargs))}."
         )
     names = problem.parameters.names if name is None else name
     one = isinstance(names, str)
@@ -142,7 +143,8 @@ def _from_model(model, name, values, legacy, kwargs):
     if "data" in kwargs:  # ji.profile(model, data=..., name=..., values=...)
         data, times = kwargs.pop("data"), kwargs.pop("times", None)
         if legacy:
-            raise TypeError("ji.profile(model, data=..., name=..., values=...): too many arguments.")
+            raise TypeError("ji.profile(model, data=..., name=..., values=...): too many "
+                            "arguments.")  # fmt: skip
     else:  # the arguments shift by the data
         data, name, values, times = name, values, *(tuple(legacy) + (None, None))[:2]
         times = kwargs.pop("times", times)

@@ -16,8 +16,8 @@ from .._linalg._nullspace import null_space, rref
 from .._linalg._rank import AbstractRankRule, near_threshold, NearThresholdWarning
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta, check_times
-from .._model._transforms import fix_parameters
 from .._model._nonsmooth import directions_matrix, ld_jvp
+from .._model._transforms import fix_parameters
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
 from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel

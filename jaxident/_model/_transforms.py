@@ -272,7 +272,7 @@ def change_units(model: AbstractModel, units: Mapping[str, float]) -> AbstractRe
     that parameter in multiples of `u` of its old unit, `theta = u * theta_new` (a rate
     in 1/s with `u = 1/60` becomes a rate in 1/min). Nominal values and bounds are
     converted; names stay. Sensitivities scale by `u`; identifiability decisions do
-    not change (tests/test_units.py).
+    not change (tests/model/test_units.py).
 
     **Example:**
 

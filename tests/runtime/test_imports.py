@@ -229,8 +229,12 @@ def _problem_forks(extra: str = "") -> set:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
-                        and len(node.args) == 2 and "Problem" in ast.unparse(node.args[1])):
+                if (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", None) == "isinstance"
+                    and len(node.args) == 2
+                    and "Problem" in ast.unparse(node.args[1])
+                ):
                     out.add((mod, fn.name))
     # (a function nested in another counts for both: the outer one holds the fork)
     return out

@@ -22,7 +22,10 @@ FIT_SCRIPT = pathlib.Path(__file__).with_name("fit_device.py")
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    return {**env, "JAXIDENT_CACHE": "0", **extra}
+    # the scripts import the tests' shared modules (tests/)
+    shared = str(pathlib.Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (shared, env.get("PYTHONPATH", "")) if p)
+    return {**env, "JAXIDENT_CACHE": "0", "PYTHONPATH": path, **extra}
 
 
 def test_sharded_sweep_equals_single_device(tmp_path):

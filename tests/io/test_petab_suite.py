@@ -1,5 +1,5 @@
 """The official PEtab test suite (`PEtab-dev/petab_test_suite`, v1.0.0 SBML cases,
-BSD-3: `tests/data/petab_test_suite/LICENSE`): each case's simulations, chi2 and
+BSD-3: `tests/io/data/petab_test_suite/LICENSE`): each case's simulations, chi2 and
 log-likelihood at the nominal parameters against the suite's expected values, at the
 suite's tolerances, and the problem's sensitivities against central differences."""
 

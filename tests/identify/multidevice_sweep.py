@@ -1,4 +1,4 @@
-"""Run by tests/test_sharding.py in fresh processes, which need their own device setup:
+"""Run by tests/identify/test_sharding.py in fresh processes, which need their own device setup:
 
 python multidevice_sweep.py sharded OUT.npz          (XLA_FLAGS forces 4 CPU devices)
 python multidevice_sweep.py process I PORT OUT_DIR   (one of two jax.distributed processes)

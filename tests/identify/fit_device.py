@@ -1,4 +1,4 @@
-"""Run by tests/test_sharding.py in a fresh process with two forced CPU devices, the
+"""Run by tests/identify/test_sharding.py in a fresh process with two forced CPU devices, the
 second standing for the host's CPU of a GPU machine (`_config.fit_device`):
 
 python fit_device.py OUT.npz
