@@ -1,7 +1,7 @@
 """Figures for identifiability analyses (matplotlib). Every function takes an optional
 `ax` and returns it."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -83,18 +83,6 @@ def frequency(
     ax.set_ylabel("fraction of samples selected")
     ax.axhline(0.5, color="0.6", ls="--", lw=1)
     ax.set_title(title or ("selection frequency" + (f" over {n} samples" if n else "")))
-    return ax
-
-
-def histogram_k(ks: Sequence[int], p: int, ax=None):
-    """The distribution of the numerical rank over a sweep."""
-    ax = _axes(ax)
-    ks = np.asarray(ks)
-    counts = np.bincount(ks, minlength=p + 1)
-    ax.bar(np.arange(p + 1), counts, color="0.4")
-    ax.set_xlabel("numerical rank k")
-    ax.set_ylabel("samples")
-    ax.set_title("rank over samples")
     return ax
 
 

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from scipy.special import stdtrit
 
 from .._linalg._rank import RelativeTolerance
@@ -249,7 +249,7 @@ def estimate(
     times: ArrayLike | Sequence | None = None,
     *,
     starts: int | ArrayLike | Sequence | None = None,
-    key=None,
+    key: PRNGKeyArray | None = None,
     progress: bool = True,
     theta0: ArrayLike | dict | Sequence | None = None,
     free: Sequence[str] | ArrayLike | None = None,

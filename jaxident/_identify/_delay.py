@@ -72,7 +72,7 @@ def delay_estimability(
     fraction: float = 0.95,
     integrator: Integrator | None = None,
     batch_size: int = 256,
-    devices=None,
+    devices: Sequence[jax.Device] | None = None,
     progress: bool = True,
 ) -> DelayEstimability:
     """Dependency, uncertainty and correlation analysis of the delay-coordinate Jacobian

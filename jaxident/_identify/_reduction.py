@@ -5,11 +5,13 @@ most samples fixed at their mean, the rest re-estimated."""
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from .._model._base import AbstractModel, Integrator
+from .._model._parameters import Parameters
 from .._model._sampling import latin_hypercube
 from .._problem._base import Problem
 from .._runtime._choice import Choice
@@ -136,14 +138,14 @@ def reduce_parameters(
     model: AbstractModel | Problem,
     samples: ArrayLike | Sequence | None = None,
     *,
-    key=None,
+    key: PRNGKeyArray | None = None,
     n: int = 25,
-    box=None,
+    box: Parameters | ArrayLike | tuple[ArrayLike, ArrayLike] | None = None,
     fix_at: FixAt | str | dict = FixAt.mean,
     confirmed: bool = False,
     method: LSERC = LSERC(),
     batch_size: int = 32,
-    devices=None,
+    devices: Sequence[jax.Device] | None = None,
     progress: bool = True,
     times: ArrayLike | Sequence | None = None,
     integrator: Integrator | None = None,

@@ -29,11 +29,13 @@ The first part (`dependence`) is jittable and vmappable; `dependent_sets` is Num
 concrete values.
 """
 
+from collections.abc import Iterable, Sequence
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._misc import after, column_norms, eps, matmul, reduce_to_square, svdvals, vector_norm
 from ._rank import AbstractRankRule, RelativeTolerance
@@ -281,7 +283,9 @@ def null_pivots(A: np.ndarray, columns, preferred, nullity: int) -> np.ndarray:
 
 
 def dependent_sets(
-    dep: Dependence, pivots=None, undecided=None
+    dep: Dependence,
+    pivots: Sequence[int] | np.ndarray | None = None,
+    undecided: Bool[ArrayLike, " p"] | None = None,
 ) -> tuple[list[Circuit], np.ndarray]:
     """The minimal dependent sets of a single `Dependence` (concrete values), and which
     parameters are undecided because the decisions do not fit together. A column with
@@ -344,7 +348,7 @@ def dependent_sets(
     return sorted(zero + out, key=lambda c: order[c.pivot]), undecided
 
 
-def components(sets, p: int) -> list[tuple[int, ...]]:
+def components(sets: Iterable[Iterable[int]], p: int) -> list[tuple[int, ...]]:
     """The connected components of overlapping index sets, each sorted, in the order of
     their smallest index."""
     parent = list(range(p))

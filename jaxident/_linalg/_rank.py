@@ -20,17 +20,25 @@ class AbstractRankRule(eqx.Module):
     """
 
     @abc.abstractmethod
-    def __call__(self, sigma: Float[Array, " p"], shape: tuple[int, int]) -> Int[Array, ""]:
+    def __call__(
+        self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]
+    ) -> Int[Array, ""]:
         """Return the numerical rank as a traced integer."""
 
     @abc.abstractmethod
-    def threshold(self, sigma: Float[Array, " p"], shape: tuple[int, int]) -> Float[Array, ""]:
+    def threshold(
+        self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]
+    ) -> Float[Array, ""]:
         """The size `tau` below which the rule calls a singular value zero: the one
         threshold of every decision taken with this rule (the rank, 'no effect' and
         membership in a non-identifiable direction, `ji.linalg.dependence`)."""
 
     @abc.abstractmethod
-    def describe(self, sigma: Float[Array, " p"] | None = None, shape=None) -> str:
+    def describe(
+        self,
+        sigma: Float[Array | np.ndarray, " p"] | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> str:
         """A sentence for reports, e.g. `sigma_{k+1} <= 1e-8 * sigma_1`."""
 
 
@@ -67,14 +75,18 @@ class RelativeTolerance(AbstractRankRule):
             return base
         return jnp.asarray(self.rtol, sigma.dtype)
 
-    def threshold(self, sigma, shape):
+    def threshold(self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]):
         return self._rtol(sigma, shape) * sigma[0]
 
     def __call__(self, sigma, shape):
         tol = self._rtol(sigma, shape) * sigma[0]
         return jnp.sum(sigma > tol).astype(jnp.int32)
 
-    def describe(self, sigma=None, shape=None):
+    def describe(
+        self,
+        sigma: Float[Array | np.ndarray, " p"] | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> str:
         if self.rtol is None and self.accuracy is not None:
             return (
                 f"sigma_i > max({self.accuracy:.1e}, max(n, p)*eps)*sigma_1 (relative "
@@ -100,10 +112,14 @@ class AbsoluteTolerance(AbstractRankRule):
     def __call__(self, sigma, shape):
         return jnp.sum(sigma > self.atol).astype(jnp.int32)
 
-    def threshold(self, sigma, shape):
+    def threshold(self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]):
         return jnp.asarray(self.atol, sigma.dtype)
 
-    def describe(self, sigma=None, shape=None):
+    def describe(
+        self,
+        sigma: Float[Array | np.ndarray, " p"] | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> str:
         return f"sigma_i > {self.atol:g} (absolute noise level)"
 
 
@@ -124,7 +140,7 @@ class LargestGap(AbstractRankRule):
 
     min_gap: float = 1e3
 
-    def threshold(self, sigma, shape):
+    def threshold(self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]):
         """The geometric middle of the gap the rule chooses (`gap_middle`)."""
         return gap_middle(sigma, self(sigma, shape), shape)
 
@@ -141,7 +157,11 @@ class LargestGap(AbstractRankRule):
         k = jnp.where(ratio[i] > self.min_gap, i + 1, p)
         return jnp.where(sigma[0] > 0, k, 0).astype(jnp.int32)
 
-    def describe(self, sigma=None, shape=None):
+    def describe(
+        self,
+        sigma: Float[Array | np.ndarray, " p"] | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> str:
         return f"largest gap sigma_k/sigma_(k+1) (min_gap={self.min_gap:g})"
 
 
@@ -159,10 +179,14 @@ class GivenRank(AbstractRankRule):
     def __call__(self, sigma, shape):
         return jnp.asarray(min(int(self.k), sigma.shape[0]), jnp.int32)
 
-    def threshold(self, sigma, shape):
+    def threshold(self, sigma: Float[Array | np.ndarray, " p"], shape: tuple[int, int]):
         return gap_middle(sigma, self(sigma, shape), shape)
 
-    def describe(self, sigma=None, shape=None):
+    def describe(
+        self,
+        sigma: Float[Array | np.ndarray, " p"] | None = None,
+        shape: tuple[int, int] | None = None,
+    ) -> str:
         return f"k = {self.k} given"
 
 

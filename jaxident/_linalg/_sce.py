@@ -9,6 +9,7 @@ relative error exceeds a factor `gamma` with probability of order `gamma^-q`.
 """
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -117,7 +118,7 @@ class WorstDirection(eqx.Module):
 
 
 def worst_direction(
-    vjp_fn,
+    vjp_fn: Callable[[Array], Array],
     n_out: int,
     key: PRNGKeyArray,
     q: int = 4,

@@ -4,8 +4,10 @@ of the noise's scale. Each kernel and host routine asks the distribution; none c
 its name."""
 
 import math
+from types import ModuleType
 
 import numpy as np
+from jaxtyping import ArrayLike
 
 from .._runtime._choice import Choice
 
@@ -24,21 +26,21 @@ class Noise(Choice):
     normal = "normal"
     laplace = "laplace"
 
-    def log_density(self, r, sigma, xp=np):
+    def log_density(self, r: ArrayLike, sigma: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`ln p` of the datum on its transformed scale."""
         if self is Noise.normal:
             return -0.5 * xp.log(2 * math.pi * sigma**2) - 0.5 * r**2
         return -xp.log(2 * sigma) - xp.abs(r)
 
-    def cost(self, r, xp=np):
+    def cost(self, r: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """The datum's part of `-2 ln p` that moves with the output: `r^2` or `2 |r|`."""
         return r**2 if self is Noise.normal else 2.0 * xp.abs(r)
 
-    def score(self, r, xp=np):
+    def score(self, r: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`d(-ln p)/dr`: `r` or `sign(r)`."""
         return r if self is Noise.normal else xp.sign(r)
 
-    def scale_score(self, r, xp=np):
+    def scale_score(self, r: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`d(-ln p)/d ln sigma` at fixed output: `1 - r^2` or `1 - |r|`."""
         return 1.0 - (r**2 if self is Noise.normal else xp.abs(r))
 

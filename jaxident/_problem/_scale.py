@@ -3,8 +3,10 @@ estimated on (`parameterScale`) and the one an observable's data are compared on
 (`observableTransformation`)."""
 
 import math
+from types import ModuleType
 
 import numpy as np
+from jaxtyping import ArrayLike
 
 from .._runtime._choice import Choice
 
@@ -25,25 +27,25 @@ class Scale(Choice):
     log = "log"
     log10 = "log10"
 
-    def forward(self, x, xp=np):
+    def forward(self, x: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`h(x)`: a quantity on this scale."""
         if self is Scale.lin:
             return x
         return xp.log(x) if self is Scale.log else xp.log10(x)
 
-    def inverse(self, v, xp=np):
+    def inverse(self, v: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`h^-1(v)`: a value on this scale as the quantity."""
         if self is Scale.lin:
             return v
         return xp.exp(v) if self is Scale.log else 10.0**v
 
-    def derivative(self, x, xp=np):
+    def derivative(self, x: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`h'(x)`: `1`, `1/x` or `1/(x ln 10)`."""
         if self is Scale.lin:
             return xp.ones_like(x)
         return 1.0 / x if self is Scale.log else 1.0 / (x * _LN10)
 
-    def log_jacobian(self, x, xp=np):
+    def log_jacobian(self, x: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`-ln h'(x)`, the term a datum's log-density on this scale loses when it is
         written as a density of `x` (PEtab's likelihood of a log-normal datum):
         `0`, `ln x` or `ln(x ln 10)`."""
@@ -51,7 +53,7 @@ class Scale(Choice):
             return xp.zeros_like(x)
         return xp.log(x) if self is Scale.log else xp.log(x) + math.log(_LN10)
 
-    def per_log_unit(self, x) -> float:
+    def per_log_unit(self, x: ArrayLike) -> ArrayLike:
         """`x h'(x)`: how far the value on this scale moves when `x` grows by a factor
         `e` (to first order): `x`, `1` or `1 / ln 10`."""
         if self is Scale.lin:

@@ -10,16 +10,19 @@ that close."""
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike
 
 from .._fit._profile import profile as profile_likelihood
 from .._identify._css import select_parameters
 from .._linalg._combinations import linear_combinations, monomial_exponents
 from .._linalg._covariance import equilibrated, marginal, principal_directions, thin_svd
+from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
 from .._linalg._dependence import components, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
@@ -31,7 +34,7 @@ from .._linalg._rank import (
     with_accuracy,
 )
 from .._linalg._selection import Selection
-from .._model._base import AbstractModel
+from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_theta
 from .._problem._base import Experiment, from_scale, Problem
 from .._problem._predict import estimation_units, problem_sensitivity
@@ -187,13 +190,13 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
 
 def analyze(
     target: Problem | AbstractModel,
-    theta=None,
+    theta: ArrayLike | dict | Sequence | None = None,
     *,
     rank: AbstractRankRule | None = None,
-    method=StrongRRQR(),
+    method: AbstractColumnSelectionMethod = StrongRRQR(),
     threshold: float = 1.0,
-    sigma=None,
-    integrator=None,
+    sigma: float | ArrayLike | None = None,
+    integrator: Integrator | None = None,
     name: str | None = None,
     profile: bool = False,
     progress: bool = True,

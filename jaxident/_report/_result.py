@@ -3,6 +3,7 @@ groups."""
 
 import json
 import math
+import os
 
 import equinox as eqx
 import numpy as np
@@ -184,7 +185,7 @@ class Report(eqx.Module):
             ],
         }
 
-    def to_json(self, path=None, **kwargs) -> str:
+    def to_json(self, path: str | os.PathLike | None = None, **kwargs) -> str:
         text = json.dumps(self.to_dict(), indent=2, **kwargs)
         if path is not None:
             with open(path, "w") as fh:
