@@ -285,6 +285,65 @@ def sweep(
     res.values.shape, res.n_failed   # (10000, 31, 4), 0
     ```
     """
+    leaves, treedef, n = _sample_leaves(samples)
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if vmap_size is not None and (not isinstance(vmap_size, (int, np.integer)) or vmap_size < 1):
+        raise ValueError(f"vmap_size must be a positive integer or None, got {vmap_size!r}.")
+    mesh = _sweep_mesh(devices, mesh)
+    batch_size = -(-int(min(batch_size, n)) // mesh.size) * mesh.size
+
+    def chunk(start):  # a chunk of the samples, the last one padded with its last row
+        stop = min(start + batch_size, n)
+        pad = batch_size - (stop - start)
+        parts = [
+            np.concatenate([x[start:stop], np.repeat(x[stop - 1 : stop], pad, axis=0)])
+            if pad else x[start:stop]
+            for x in leaves
+        ]  # fmt: skip
+        return jax.tree.unflatten(treedef, parts), stop - start
+
+    okfn = _default_ok if ok is None else ok
+    (compiled, (val_shapes, ok_shape), program), compile_seconds, arrays = _compiled_for(
+        fn, okfn, chunk(0)[0], mesh, vmap_size
+    )
+    if ok_shape.shape != (batch_size,) or ok_shape.dtype != jnp.bool_:
+        raise ValueError(
+            "ok(output) must return one boolean per sample (a scalar bool); got "
+            f"{ok_shape.dtype}{list(ok_shape.shape[1:])} per sample."
+        )
+    v_leaves, v_treedef = jax.tree.flatten(val_shapes)
+    if out_dir is None:
+        store = _MemoryResults(n, v_leaves)
+    else:
+        store = _files(out_dir, n, batch_size, leaves, program, arrays, v_leaves)
+    # under jax.distributed, process i of m takes chunks i, i + m, ...
+    starts = list(range(0, n, batch_size))[jax.process_index() :: jax.process_count()]
+    bar = _progress_bar(sum(min(batch_size, n - s) for s in starts), progress, desc)
+    t0 = time.perf_counter()
+    try:
+        computed, placed = _run_chunks(compiled, arrays, mesh, chunk, starts, n, batch_size,
+                                       store, bar)  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+        store.close()
+    run_seconds = time.perf_counter() - t0
+    *host, ok_host = store.results()
+    return SweepResult(
+        values=jax.tree.unflatten(v_treedef, host),
+        ok=np.asarray(ok_host),
+        samples=samples,
+        compile_seconds=compile_seconds,
+        run_seconds=run_seconds,
+        devices=tuple(str(d) for d in sorted(placed, key=lambda d: d.id)),
+        computed=computed,
+    )
+
+
+def _sample_leaves(samples) -> tuple[list[np.ndarray], Any, int]:
+    """The samples' leaves as NumPy arrays, their structure and the number of samples,
+    checked: one common leading axis, not empty."""
     leaves, treedef = jax.tree.flatten(samples)
     if not leaves:
         raise ValueError("samples is empty.")
@@ -302,109 +361,74 @@ def sweep(
         )
     if n == 0:
         raise ValueError("samples has no samples.")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    mesh = _sweep_mesh(devices, mesh)
-    n_dev = mesh.size
-    batch_size = -(-int(min(batch_size, n)) // n_dev) * n_dev
-    okfn = _default_ok if ok is None else ok
-    n_proc, me = jax.process_count(), jax.process_index()
-    starts = list(range(0, n, batch_size))[me::n_proc]
+    return leaves, treedef, n
 
-    def chunk(start):
-        stop = min(start + batch_size, n)
-        pad = batch_size - (stop - start)
-        parts = []
-        for x in leaves:
-            c = x[start:stop]
-            if pad:
-                c = np.concatenate([c, np.repeat(c[-1:], pad, axis=0)], axis=0)
-            parts.append(c)
-        return jax.tree.unflatten(treedef, parts), stop - start
 
-    if vmap_size is not None and (not isinstance(vmap_size, (int, np.integer)) or vmap_size < 1):
-        raise ValueError(f"vmap_size must be a positive integer or None, got {vmap_size!r}.")
-    first, _ = chunk(0)
-    (compiled, (val_shapes, ok_shape), program), compile_seconds, arrays = _compiled_for(
-        fn, okfn, first, mesh, vmap_size
-    )
+class _MemoryResults:
+    """A sweep's results in host memory, with `ResultFiles`' interface: every output
+    leaf and the `ok` flags, NaN (or the dtype's marker) until a chunk is written."""
+
+    def __init__(self, n: int, v_leaves):
+        self.done: dict = {}
+        shapes = [((n, *s.shape[1:]), s.dtype) for s in v_leaves]
+        self.arrays = [unset(shape, dtype) for shape, dtype in shapes] + [np.zeros(n, bool)]
+
+    def write_chunk(self, start: int, stop: int, rows) -> None:
+        for h, v in zip(self.arrays, rows):
+            h[start:stop] = v
+
+    def close(self) -> None:
+        pass
+
+    def results(self) -> list[np.ndarray]:
+        return self.arrays
+
+
+def _files(out_dir, n, batch_size, leaves, program, arrays, v_leaves) -> ResultFiles:
+    """The files of a sweep written to `out_dir` (one part per process under
+    `jax.distributed`), with the fingerprint that a resumed sweep must match."""
+    fingerprint = {
+        "format": 2,
+        "n": n,
+        "batch_size": batch_size,
+        "samples_sha256": arrays_hash(leaves),
+        "program_sha256": hashlib.sha256(
+            (program() + arrays_hash(jax.tree.leaves(arrays))).encode()
+        ).hexdigest(),
+        "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
+        "jaxident": version(),
+        "jax": jax.__version__,
+    }
+    n_proc = jax.process_count()
+    if n_proc > 1:
+        out_dir = pathlib.Path(out_dir) / f"part-{jax.process_index()}-of-{n_proc}"
+    return ResultFiles(out_dir, n, fingerprint, v_leaves)
+
+
+def _run_chunks(compiled, arrays, mesh, chunk, starts, n, batch_size, store, bar):
+    """Every chunk at `starts` not already done, written to `store`; returns the rows
+    this process computed and the devices that held the results."""
     split, _ = _shardings(mesh)
-    if ok_shape.shape != (batch_size,) or ok_shape.dtype != jnp.bool_:
-        raise ValueError(
-            "ok(output) must return one boolean per sample (a scalar bool); got "
-            f"{ok_shape.dtype}{list(ok_shape.shape[1:])} per sample."
-        )
-    v_leaves, v_treedef = jax.tree.flatten(val_shapes)
-
-    files = None
-    done: dict = {}
-    if out_dir is not None:
-        fingerprint = {
-            "format": 2,
-            "n": n,
-            "batch_size": batch_size,
-            "samples_sha256": arrays_hash(leaves),
-            "program_sha256": hashlib.sha256(
-                (program() + arrays_hash(jax.tree.leaves(arrays))).encode()
-            ).hexdigest(),
-            "outputs": [[list(s.shape[1:]), np.dtype(s.dtype).str] for s in v_leaves],
-            "jaxident": version(),
-            "jax": jax.__version__,
-        }
-        if n_proc > 1:
-            out_dir = pathlib.Path(out_dir) / f"part-{me}-of-{n_proc}"
-        files = ResultFiles(out_dir, n, fingerprint, v_leaves)
-        done = files.done
-    else:
-        host = [unset((n, *s.shape[1:]), s.dtype) for s in v_leaves]
-        ok_host = np.zeros((n,), dtype=bool)
     computed = np.zeros((n,), dtype=bool)
-
-    bar = _progress_bar(sum(min(batch_size, n - s) for s in starts), progress, desc)
-    failed = 0
-    placed: set = set()
-    t0 = time.perf_counter()
-    try:
-        for start in starts:
-            computed[start : start + batch_size] = True
-            if start in done:
-                if bar is not None:
-                    bar.update(min(batch_size, n - start))
-                continue
-            c, m = chunk(start)
-            vals, oks = compiled(arrays, jax.device_put(c, split))
-            placed |= jax.tree.leaves(vals)[0].sharding.device_set
-            oks = np.asarray(oks)[:m]
-            rows = [np.asarray(v)[:m] for v in jax.tree.leaves(vals)]
-            failed += int((~oks).sum())
-            if files is not None:
-                files.write_chunk(start, start + m, [*rows, oks])
-            else:
-                for h, v in zip(host, rows):
-                    h[start : start + m] = v
-                ok_host[start : start + m] = oks
+    failed, placed = 0, set()
+    for start in starts:
+        m = min(batch_size, n - start)
+        computed[start : start + m] = True
+        if start in store.done:
             if bar is not None:
                 bar.update(m)
-                if failed:
-                    bar.set_postfix(failed=failed)
-    finally:
+            continue
+        vals, oks = compiled(arrays, jax.device_put(chunk(start)[0], split))
+        placed |= jax.tree.leaves(vals)[0].sharding.device_set
+        oks = np.asarray(oks)[:m]
+        failed += int((~oks).sum())
+        rows = [np.asarray(v)[:m] for v in jax.tree.leaves(vals)]
+        store.write_chunk(start, start + m, [*rows, oks])
         if bar is not None:
-            bar.close()
-        if files is not None:
-            files.close()
-    run_seconds = time.perf_counter() - t0
-    if files is not None:
-        *host, ok_host = files.results()
-    values = jax.tree.unflatten(v_treedef, host)
-    return SweepResult(
-        values=values,
-        ok=np.asarray(ok_host),
-        samples=samples,
-        compile_seconds=compile_seconds,
-        run_seconds=run_seconds,
-        devices=tuple(str(d) for d in sorted(placed, key=lambda d: d.id)),
-        computed=computed,
-    )
+            bar.update(m)
+            if failed:
+                bar.set_postfix(failed=failed)
+    return computed, placed
 
 
 def load_sweep(out_dir: str | pathlib.Path, like: Any = None) -> SweepResult:
