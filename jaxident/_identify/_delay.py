@@ -101,7 +101,56 @@ def delay_estimability(
         rank = RelativeTolerance(accuracy=accuracy(model, integrator, jnp.float64))
     rank, zero_tol = _defaults(jnp.float64, rank, zero_tol)
     aug = free_initial_state(model)
-    all_names = aug.parameters.names
+    states, taus, keep = _checked(aug, states, taus, K, fraction, exclude)
+    names = tuple(aug.parameters.names[i] for i in keep)
+    theta = check_theta(model, theta)
+    one = _DelaySample(aug, theta, K, tuple(int(i) for i in keep), integrator)
+    n_tau, n_states, n_w = taus.shape[0], states.shape[0], len(names)
+    samples = (np.repeat(taus, n_states), np.tile(states, (n_tau, 1)))
+    res = sweep(one, samples, batch_size=batch_size, progress=progress,
+                desc="delay Jacobians", devices=devices)  # fmt: skip
+    grid = (n_tau, n_states)
+    s = np.asarray(res.values.s).reshape(*grid, n_w)
+    V = np.asarray(res.values.V).reshape(*grid, n_w, n_w)
+    c = np.asarray(res.values.c).reshape(*grid, n_w)
+    ok = np.asarray(res.ok).reshape(grid)
+    nullities, nullity, rule = _nullity(rank, s, ok, K, nullity)
+    VB = V[..., n_w - nullity :]
+    piv = _resolve_pivots(names, pivots, nullity)
+    if piv is None:
+        cand = (
+            range(n_w) if pivot_candidates is None else _candidate_indices(names, pivot_candidates)
+        )
+        good = ok & (nullities == nullity)
+        piv = best_pivots(VB[good] if good.any() else VB[ok], nullity, cand)
+    VB, Vt, Vt_eq = _pivoted_bases(VB, c, ok, piv, nullity)
+    if nullity and ok.size:
+        warn_if_near_threshold(rank, np.median(s[ok], axis=0), (K, n_w), "delay_estimability")
+    v, rho = _uncertainties(s, V, c, ok)
+    return DelayEstimability(
+        names=names,
+        taus=taus,
+        states=states,
+        K=int(K),
+        singular_ratios=s / s[..., :1],
+        nullities=nullities,
+        nullity=int(nullity),
+        rank_rule=rule,
+        pivots=tuple(names[i] for i in piv),
+        basis=Vt,
+        orthonormal_basis=VB,
+        scaled_basis=Vt_eq,
+        uncertainty=v,
+        correlation=rho,
+        ok=ok,
+        zero_tol=float(zero_tol),
+        fraction=float(fraction),
+    )
+
+
+def _checked(aug, states, taus, K, fraction, exclude):
+    """The states `(n, d)` and delays as arrays, checked, and the indices of the
+    augmented parameters kept (all but `exclude`)."""
     d = aug.n_states
     states = np.asarray(states, dtype=float)
     if states.ndim != 2 or states.shape[1] != d:
@@ -117,32 +166,17 @@ def delay_estimability(
     exclude = (exclude,) if isinstance(exclude, str) else tuple(exclude)
     for n in exclude:
         aug.parameters.index(n)
-    keep = np.asarray([i for i, n in enumerate(all_names) if n not in exclude], dtype=int)
-    names = tuple(all_names[i] for i in keep)
-    theta = check_theta(model, theta)
+    names = aug.parameters.names
+    keep = np.asarray([i for i, n in enumerate(names) if n not in exclude], dtype=int)
+    return states, taus, keep
 
-    one = _DelaySample(aug, theta, K, tuple(int(i) for i in keep), integrator)
-    n_tau, n_states = taus.shape[0], states.shape[0]
-    tt = np.repeat(taus, n_states)
-    xx = np.tile(states, (n_tau, 1))
-    res = sweep(
-        one,
-        (tt, xx),
-        batch_size=batch_size,
-        progress=progress,
-        desc="delay Jacobians",
-        devices=devices,
-    )
-    s = np.asarray(res.values.s).reshape(n_tau, n_states, -1)
-    V = np.asarray(res.values.V).reshape(n_tau, n_states, len(names), len(names))
-    ok = np.asarray(res.ok).reshape(n_tau, n_states)
-    n_w = len(names)
-    ratios = s / s[..., :1]
-    ranks = np.asarray(
-        jax.vmap(lambda sv: rank(sv, (K, n_w)))(
-            jnp.asarray(np.where(ok[..., None], s, 1.0).reshape(-1, n_w))
-        )
-    ).reshape(n_tau, n_states)
+
+def _nullity(rank, s, ok, K, nullity):
+    """Each sample's nullity by the rank rule (-1 where the solve failed), the nullity
+    analysed (the most common one, unless given) and the rule's description."""
+    n_w = s.shape[-1]
+    flat = jnp.asarray(np.where(ok[..., None], s, 1.0).reshape(-1, n_w))
+    ranks = np.asarray(jax.vmap(lambda sv: rank(sv, (K, n_w)))(flat)).reshape(ok.shape)
     nullities = np.where(ok, n_w - ranks, -1)
     rule = rank.describe()
     if nullity is None:
@@ -154,55 +188,37 @@ def delay_estimability(
         rule = f"nullity {nullity} given; per-sample nullities by {rule}"
     if not 0 <= nullity <= n_w:
         raise ValueError(f"nullity must lie in [0, {n_w}], got {nullity}.")
-    good = ok & (nullities == nullity)
-    VB = V[..., n_w - nullity :]
-    piv = _resolve_pivots(names, pivots, nullity)
-    if piv is None:
-        cand = (
-            range(n_w) if pivot_candidates is None else _candidate_indices(names, pivot_candidates)
+    return nullities, nullity, rule
+
+
+def _pivoted_bases(VB, c, ok, piv, nullity):
+    """The null bases `V_B` signed by their first pivot's row, and the transformed bases
+    `V~_B` (eq. 22) in the units of `w` and equilibrated (NaN where a solve failed)."""
+    if not nullity:
+        return VB, VB, VB
+    n_w = VB.shape[-2]
+    safe = np.where(ok[..., None, None], VB, 0.0)
+    sign = np.sign(safe[..., piv[0], :])[..., None, :]
+    VB = np.where(sign == 0, 1.0, sign) * VB
+    Vt = np.asarray(
+        jax.vmap(lambda vb: _transformed_basis(vb, jnp.asarray(piv)))(
+            jnp.asarray(safe.reshape(-1, n_w, nullity))
         )
-        piv = best_pivots(VB[good] if good.any() else VB[ok], nullity, cand)
-    if nullity:
-        safe = np.where(ok[..., None, None], VB, 0.0)
-        sign = np.sign(safe[..., piv[0], :])[..., None, :]
-        VB = np.where(sign == 0, 1.0, sign) * VB
-        Vt = np.asarray(
-            jax.vmap(lambda vb: _transformed_basis(vb, jnp.asarray(piv)))(
-                jnp.asarray(safe.reshape(-1, n_w, nullity))
-            )
-        ).reshape(n_tau, n_states, n_w, nullity)
-        Vt_eq = np.where(ok[..., None, None], Vt, np.nan)
-        cs = np.asarray(res.values.c).reshape(n_tau, n_states, n_w)
-        Vt = Vt * cs[..., None, piv] / cs[..., :, None]  # eq. 22 in the units of w
-        Vt = np.where(ok[..., None, None], Vt, np.nan)
-    else:
-        Vt = Vt_eq = VB
-    c = np.asarray(res.values.c).reshape(n_tau * n_states, n_w)
-    if nullity and n_tau * n_states:
-        warn_if_near_threshold(rank, np.median(s[ok], axis=0), (K, n_w), "delay_estimability")
+    ).reshape(safe.shape)
+    Vt_eq = np.where(ok[..., None, None], Vt, np.nan)
+    Vt = Vt * c[..., None, piv] / c[..., :, None]  # eq. 22 in the units of w
+    return VB, np.where(ok[..., None, None], Vt, np.nan), Vt_eq
+
+
+def _uncertainties(s, V, c, ok):
+    """Each sample's uncertainties `v` and correlations `rho` (NaN where a solve
+    failed)."""
+    n_w = s.shape[-1]
     v, rho = jax.vmap(_uncertainty)(
         jnp.asarray(np.where(ok[..., None], s, 1.0).reshape(-1, n_w)),
         jnp.asarray(np.where(ok[..., None, None], V, 0.0).reshape(-1, n_w, n_w)),
-        jnp.asarray(np.where(ok.reshape(-1)[:, None], c, 1.0)),
+        jnp.asarray(np.where(ok[..., None], c, 1.0).reshape(-1, n_w)),
     )
-    v = np.where(ok[..., None], np.asarray(v).reshape(n_tau, n_states, n_w), np.nan)
-    rho = np.where(ok[..., None, None], np.asarray(rho).reshape(n_tau, n_states, n_w, n_w), np.nan)
-    return DelayEstimability(
-        names=names,
-        taus=taus,
-        states=states,
-        K=int(K),
-        singular_ratios=ratios,
-        nullities=nullities,
-        nullity=int(nullity),
-        rank_rule=rule,
-        pivots=tuple(names[i] for i in piv),
-        basis=Vt,
-        orthonormal_basis=VB,
-        scaled_basis=Vt_eq,
-        uncertainty=v,
-        correlation=rho,
-        ok=ok,
-        zero_tol=float(zero_tol),
-        fraction=float(fraction),
-    )
+    v = np.where(ok[..., None], np.asarray(v).reshape(ok.shape + (n_w,)), np.nan)
+    rho = np.where(ok[..., None, None], np.asarray(rho).reshape(ok.shape + (n_w, n_w)), np.nan)
+    return v, rho
