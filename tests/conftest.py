@@ -28,12 +28,12 @@ def _one_core_per_worker() -> None:
 
 _one_core_per_worker()
 
-# No persistent compilation cache in the test suite (tests/runtime/test_compile.py tests it in
-# folders of its own): with one shared by the two workers and the notebook kernels, a
-# worker aborted deserialising an entry (2026-11-24). XLA's CPU backend also crashed
-# compiling (a segfault; "Failed to materialize symbols") in a worker that had compiled
-# the many large programs of the PEtab tests, with and without the cache: those modules
-# release their compiled programs when they end (below).
+# No persistent compilation cache in the test suite (tests/runtime/test_compile.py tests
+# it in folders of its own): with one shared by the two workers and the notebook
+# kernels, a worker aborted deserialising an entry (2026-11-24). XLA's CPU backend also
+# crashed compiling (a segfault; "Failed to materialize symbols") in a worker that had
+# compiled the many large programs of the PEtab tests, with and without the cache: each
+# module releases its compiled programs when it ends (below).
 os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 # Compile without XLA's CPU fusion emitters, as the entry points' kept kernels are
@@ -66,14 +66,15 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 import jaxident  # noqa: E402, F401
 
 
-_HEAVY = {"test_petab.py", "test_report.py"}
-
-
 @pytest.fixture(autouse=True, scope="module")
-def _release_compiled_programs(request):
-    """After a module that compiles many large programs, drop them (JAX's caches), so
-    that a worker does not carry them through the rest of the suite."""
+def _release_compiled_programs():
+    """After each module, drop its compiled programs (JAX's caches), so that a worker
+    does not carry them through the rest of the suite: XLA's CPU backend crashed
+    (a segfault; "Failed to materialize symbols") in a worker that had compiled the many
+    large programs of the PEtab tests (2026-11-24); a worker that had run most of the
+    suite crashed again in CI (in test_stepwise_loop, 2026-11-27, when only the PEtab
+    and report modules released theirs; a rerun peaked at 6 GB per worker, so not for
+    memory)."""
     yield
-    if os.path.basename(str(request.module.__file__)) in _HEAVY:
-        jax.clear_caches()
-        gc.collect()
+    jax.clear_caches()
+    gc.collect()
