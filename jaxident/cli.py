@@ -322,6 +322,7 @@ def cmd_analyze(args) -> int:
     import numpy as np
 
     import jaxident as ji
+    from jaxident._model._checks import n_outputs
     from jaxident._runtime._config import answering_once
 
     # a fit estimates every parameter the PEtab file estimates, noise ones included
@@ -347,12 +348,37 @@ def cmd_analyze(args) -> int:
         )
     integrator = _integrator(model, args.solver_rtol)
 
-    with answering_once():  # this process ends with the answer: compile for it
-        sens = ji.sensitivity(model, scale=args.scale, integrator=integrator)
-    sel = ji.select_parameters(sens, method=method, rank=rank, k=args.k)
+    def one(theta):
+        s = ji.sensitivity(model, theta, scale=args.scale, integrator=integrator)
+        return ji.select_parameters(s, method=method, rank=rank, k=args.k)
+
+    # the selection at the nominal values and at every sample by one compiled program:
+    # the nominal point is the sweep's first row
+    nominal = np.asarray(model.parameters.nominal, dtype=float)[None]
+    if args.samples:
+        samples = ji.latin_hypercube(jax.random.key(args.seed), model.parameters, args.samples)
+        t0 = time.perf_counter()
+        res = ji.sweep(
+            one,
+            np.concatenate([nominal, np.asarray(samples)]),
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+            out_dir=args.out,
+            desc=f"{args.model}: nominal and {args.samples} LHS samples",
+        )
+        wall = time.perf_counter() - t0
+        if not res.ok[0]:
+            with answering_once():  # raises the solve's own error at the nominal values
+                one(nominal[0])
+        sel = jax.tree.map(lambda x: x[0], res.values)
+        values = jax.tree.map(lambda x: x[1:], res.values)
+    else:
+        with answering_once():  # this process ends with the answer: compile for it
+            sel = one(nominal[0])
     about = ji.models.available().get(args.model.lower(), model.description or args.model)
     print(f"{title}: {about}")
-    print(f"S: {sens.matrix.shape[0]} rows (times x outputs), {p} parameters, scale={args.scale}")
+    n_rows = len(np.asarray(model.times)) * n_outputs(model)
+    print(f"S: {n_rows} rows (times x outputs), {p} parameters, scale={args.scale}")
     print(sel)
     with answering_once():
         rep = ji.analyze(
@@ -369,28 +395,13 @@ def cmd_analyze(args) -> int:
 
     freq = None
     if args.samples:
-        samples = ji.latin_hypercube(jax.random.key(args.seed), model.parameters, args.samples)
-
-        def one(theta):
-            s = ji.sensitivity(model, theta, scale=args.scale, integrator=integrator)
-            return ji.select_parameters(s, method=method, rank=rank, k=args.k)
-
-        t0 = time.perf_counter()
-        res = ji.sweep(
-            one,
-            samples,
-            batch_size=args.batch_size,
-            progress=not args.quiet,
-            out_dir=args.out,
-            desc=f"{args.model}: {args.samples} LHS samples",
-        )
-        wall = time.perf_counter() - t0
-        freq = ji.identifiability_frequency(res.values)
-        ks = np.asarray(res.values.k)[res.ok]
+        n_failed = int((~np.asarray(res.ok[1:])).sum())
+        freq = ji.identifiability_frequency(values)
+        ks = np.asarray(values.k)[np.asarray(res.ok[1:])]
         print()
         print(
             f"Over {args.samples} Latin-hypercube samples of the parameter box "
-            f"({res.n_failed} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s "
+            f"({n_failed} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s "
             f"on {len(res.devices)} device(s)):"
         )
         w = max(len(n) for n in model.parameters.names)
@@ -419,7 +430,7 @@ def cmd_analyze(args) -> int:
             print(f"  {what}: {dist}")
         report["samples"] = {
             "n": args.samples,
-            "failed": res.n_failed,
+            "failed": n_failed,
             "frequency": dict(freq),
             "groups": [
                 {"parameters": list(g), "selected": kept, "fraction": f}
