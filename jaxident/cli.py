@@ -395,55 +395,59 @@ def cmd_analyze(args) -> int:
 
     freq = None
     if args.samples:
-        n_failed = int((~np.asarray(res.ok[1:])).sum())
-        freq = ji.identifiability_frequency(values)
-        ks = np.asarray(values.k)[np.asarray(res.ok[1:])]
-        print()
-        print(
-            f"Over {args.samples} Latin-hypercube samples of the parameter box "
-            f"({n_failed} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s "
-            f"on {len(res.devices)} device(s)):"
-        )
-        w = max(len(n) for n in model.parameters.names)
-        lo, up = np.asarray(model.parameters.lower), np.asarray(model.parameters.upper)
-        box = [f"[{a:.4g}, {b:.4g}]" for a, b in zip(lo, up)]
-        wb = max(len(b) for b in box)
-        for i, name in enumerate(model.parameters.names):
-            bar = "#" * int(round(30 * freq[name]))
-            extra = ""
-            if freq.non_identifiable and freq.non_identifiable[name] > 0:
-                extra = (
-                    f"  (in a non-identifiable group in {100 * freq.non_identifiable[name]:.0f}%)"
-                )
-            print(
-                f"  {name:<{w}} {box[i]:<{wb}}  selected in {100 * freq[name]:6.2f}% {bar}{extra}"
-            )
-        for names, kept, f in freq.groups:
-            print(
-                f"  {{{', '.join(names)}}}: non-identifiable together in {100 * f:.0f}% of the "
-                f"samples; the selection keeps {kept} of them there, which ones is arbitrary"
-            )
-        if ks.size:
-            vals, counts = np.unique(ks, return_counts=True)
-            what = "k chosen by hand" if args.k is not None else "numerical rank over samples"
-            dist = ", ".join(f"k={v}: {c}" for v, c in zip(vals, counts))
-            print(f"  {what}: {dist}")
-        report["samples"] = {
-            "n": args.samples,
-            "failed": n_failed,
-            "frequency": dict(freq),
-            "groups": [
-                {"parameters": list(g), "selected": kept, "fraction": f}
-                for g, kept, f in freq.groups
-            ],
-            "rank_counts": {int(v): int(c) for v, c in zip(*np.unique(ks, return_counts=True))},
-        }
+        freq, report["samples"] = _sample_summary(args, model, res, values, wall)
 
     from . import plot
 
     title = f"{args.model}: {type(method).__name__}"
     _write(args, report, lambda: plot.analysis(sel, freq, n=args.samples, title=title))
     return 0
+
+
+def _sample_summary(args, model, res, values, wall) -> tuple:
+    """Prints the selection frequencies over the samples (rows 1: of the sweep `res`,
+    whose `values` they are); returns them and their part of the JSON report."""
+    import numpy as np
+
+    import jaxident as ji
+
+    ok = np.asarray(res.ok[1:])
+    freq = ji.identifiability_frequency(values)
+    ks = np.asarray(values.k)[ok]
+    print()
+    print(
+        f"Over {args.samples} Latin-hypercube samples of the parameter box "
+        f"({int((~ok).sum())} failed; compile {res.compile_seconds:.1f}s, total {wall:.1f}s "
+        f"on {len(res.devices)} device(s)):"
+    )
+    names = model.parameters.names
+    lo, up = np.asarray(model.parameters.lower), np.asarray(model.parameters.upper)
+    box = [f"[{a:.4g}, {b:.4g}]" for a, b in zip(lo, up)]
+    w, wb = max(map(len, names)), max(map(len, box))
+    for name, b in zip(names, box):
+        bar = "#" * int(round(30 * freq[name]))
+        extra = ""
+        if freq.non_identifiable and freq.non_identifiable[name] > 0:
+            extra = f"  (in a non-identifiable group in {100 * freq.non_identifiable[name]:.0f}%)"
+        print(f"  {name:<{w}} {b:<{wb}}  selected in {100 * freq[name]:6.2f}% {bar}{extra}")
+    for group, kept, f in freq.groups:
+        print(
+            f"  {{{', '.join(group)}}}: non-identifiable together in {100 * f:.0f}% of the "
+            f"samples; the selection keeps {kept} of them there, which ones is arbitrary"
+        )
+    vals, counts = np.unique(ks, return_counts=True)
+    if ks.size:
+        what = "k chosen by hand" if args.k is not None else "numerical rank over samples"
+        print(f"  {what}: {', '.join(f'k={v}: {c}' for v, c in zip(vals, counts))}")
+    return freq, {
+        "n": args.samples,
+        "failed": int((~ok).sum()),
+        "frequency": dict(freq),
+        "groups": [
+            {"parameters": list(g), "selected": kept, "fraction": f} for g, kept, f in freq.groups
+        ],
+        "rank_counts": {int(v): int(c) for v, c in zip(vals, counts)},
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
