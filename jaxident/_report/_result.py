@@ -193,8 +193,14 @@ class Report(eqx.Module):
         return text
 
     def __str__(self) -> str:
+        lines = [f"Identifiability of {self.name}: {len(self.names)} parameters"]
+        lines += self._structural_lines() + self._selection_lines() + self._practical_lines()
+        return "\n".join(lines)
+
+    def _structural_lines(self) -> list[str]:
+        """The rank and its margin, close calls, and the structural verdicts."""
         p = len(self.names)
-        lines = [f"Identifiability of {self.name}: {p} parameters"]
+        lines = []
         if self.rank == p:
             margin = "full rank"
         elif not math.isfinite(self.margin):
@@ -261,6 +267,12 @@ class Report(eqx.Module):
             )
         if self.rank == p and not self.no_effect and not self.undecided:
             lines.append("  every parameter is structurally identifiable (locally, here)")
+        return lines
+
+    def _selection_lines(self) -> list[str]:
+        """The column subset selection and its metrics."""
+        p = len(self.names)
+        lines = []
         sel = self.selection.to_dict()
 
         def fmt(v):
@@ -276,6 +288,12 @@ class Report(eqx.Module):
         if sel["gamma2"] is None:
             g2 += " (k = p)" if sel["k"] == p else " (sigma_(k+1) at rounding level)"
         lines.append(f"    gamma1 {fmt(sel['gamma1'])}, gamma2 {g2}, tau {fmt(sel['tau'])}")
+        return lines
+
+    def _practical_lines(self) -> list[str]:
+        """The marginal standard deviations, profiles and weak directions."""
+        p = len(self.names)
+        lines = []
         if self.n_data < p:
             lines.append(
                 f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "
@@ -327,7 +345,7 @@ class Report(eqx.Module):
             lines.append(
                 f"    weak direction (sigma {s:.3g}, std {d:.3g}): {_direction_text(self.names, v)}"
             )
-        return "\n".join(lines)
+        return lines
 
     def __repr__(self) -> str:
         return self.__str__()
