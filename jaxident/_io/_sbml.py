@@ -435,100 +435,14 @@ def sbml_model(
     **Raises:** `ValueError` naming an unsupported feature or an undefined symbol.
     """
     _, m = read_sbml(path)
-    names: dict[str, float] = {}
-    rules: dict[str, sp.Expr] = {}
-    initial: dict[str, sp.Expr] = {}
-    rates: dict[str, sp.Expr] = {}
-    assigned = {r.getVariable() for r in m.getListOfRules() if r.isAssignment()}
-    rated = {r.getVariable(): r for r in m.getListOfRules() if r.isRate()}
-    ia = {
-        a.getSymbol(): from_mathml(a.getMath(), f"initial assignment to {a.getSymbol()!r}")
-        for a in m.getListOfInitialAssignments()
-    }
-    if TIME in {x.getId() for x in [*m.getListOfParameters(), *m.getListOfSpecies()]}:
-        raise ValueError(f"{path}: an SBML id {TIME!r} clashes with the time symbol.")
-    for r in m.getListOfRules():
-        if r.isAssignment():
-            rules[r.getVariable()] = from_mathml(r.getMath(), f"rule for {r.getVariable()!r}")
-    for c in m.getListOfCompartments():
-        cid = c.getId()
-        if cid in assigned:
-            continue
-        if cid in ia and cid not in parameter_overrides:
-            rules[cid] = ia[cid]
-        elif cid in ia:
-            names[cid] = np.nan  # the assignment's value, below
-        else:
-            names[cid] = _value(c, "compartment", path)
-            if not names[cid] > 0 and any(x.getCompartment() == cid for x in m.getListOfSpecies()):
-                raise ValueError(
-                    f"{path}: compartment {cid!r} has size {names[cid]:g}: the concentrations "
-                    "of the species in it are undefined. Give it a positive size."
-                )
-    for p in m.getListOfParameters():
-        pid = p.getId()
-        if pid in assigned:
-            continue
-        if pid in rated:
-            if pid in ia:
-                initial[pid] = ia[pid]
-            elif p.isSetValue() or pid not in initial_overrides:
-                initial[pid] = sp.Float(_value(p, "parameter", path))
-            else:  # set by the conditions alone: NaN where one does not
-                initial[pid] = sp.nan
-            rates[pid] = from_mathml(rated[pid].getMath(), f"rate rule for {pid!r}")
-        elif pid in ia and pid not in parameter_overrides:
-            rules[pid] = ia[pid]
-        elif pid in ia:
-            names[pid] = np.nan  # the assignment's value, below
-        else:
-            names[pid] = _value(p, "parameter", path)
-    for pid in parameter_overrides:
-        if pid in ia:
-            names[pid] = _constant_value(ia[pid], names, rules, path, pid)
-    species = {s.getId(): s for s in m.getListOfSpecies()}
-    size = {c.getId(): sp.Symbol(c.getId()) for c in m.getListOfCompartments()}
-    for sid, s in species.items():
-        if sid in assigned:
-            continue
-        comp = size[s.getCompartment()]
-        conc = not s.getHasOnlySubstanceUnits()
-        if sid in ia:
-            initial[sid] = ia[sid]
-        elif s.isSetInitialConcentration():
-            v = sp.Float(s.getInitialConcentration())
-            initial[sid] = v if conc else v * comp
-        elif s.isSetInitialAmount():
-            v = sp.Float(s.getInitialAmount())
-            initial[sid] = v / comp if conc else v
-        elif sid in initial_overrides:  # set by the conditions alone
-            initial[sid] = sp.nan
-        else:
-            raise ValueError(f"{path}: species {sid!r} has no initial value.")
-        rates[sid] = (
-            from_mathml(rated[sid].getMath(), f"rate rule for {sid!r}")
-            if sid in rated
-            else sp.Integer(0)
-        )
-    for r in m.getListOfReactions():
-        law = r.getKineticLaw()
-        if law is None:
-            raise ValueError(f"{path}: reaction {r.getId()!r} has no kinetic law.")
-        rate = from_mathml(law.getMath(), f"kinetic law of reaction {r.getId()!r}")
-        local = [*law.getListOfParameters()]
-        if m.getLevel() == 3:
-            local += [*law.getListOfLocalParameters()]
-        rate = rate.subs({sp.Symbol(q.getId()): sp.Float(q.getValue()) for q in local})
-        for sign, refs in ((-1, r.getListOfReactants()), (1, r.getListOfProducts())):
-            for ref in refs:
-                s = species[ref.getSpecies()]
-                sid = s.getId()
-                if s.getBoundaryCondition() or s.getConstant() or sid in rated or sid in assigned:
-                    continue
-                term = sign * sp.Float(ref.getStoichiometry()) * rate
-                if not s.getHasOnlySubstanceUnits():
-                    term = term / size[s.getCompartment()]
-                rates[sid] = rates[sid] + term
+    parts = _Parts(m, path)
+    _compartments(parts, parameter_overrides)
+    _parameters(parts, initial_overrides, parameter_overrides)
+    _species(parts, initial_overrides)
+    _reactions(parts)
+    names, rules, initial, rates, species = (
+        parts.names, parts.rules, parts.initial, parts.rates, parts.species
+    )  # fmt: skip
     extra = dict(extra_parameters or {})
     clash = sorted(set(extra) & (set(names) | set(species) | set(rules)))
     if clash:
@@ -582,3 +496,126 @@ def sbml_model(
         events=events,
         triggered=triggered,
     )
+
+
+class _Parts:
+    """What a model's entities contribute, filled in by the readers below in the
+    file's order: parameters with their values (`names`), assignment rules, initial
+    values and rates, as SymPy expressions."""
+
+    def __init__(self, m, path):
+        self.m, self.path = m, path
+        self.names: dict[str, float] = {}
+        self.rules: dict[str, sp.Expr] = {}
+        self.initial: dict[str, sp.Expr] = {}
+        self.rates: dict[str, sp.Expr] = {}
+        self.assigned = {r.getVariable() for r in m.getListOfRules() if r.isAssignment()}
+        self.rated = {r.getVariable(): r for r in m.getListOfRules() if r.isRate()}
+        self.ia = {
+            a.getSymbol(): from_mathml(a.getMath(), f"initial assignment to {a.getSymbol()!r}")
+            for a in m.getListOfInitialAssignments()
+        }
+        self.species = {s.getId(): s for s in m.getListOfSpecies()}
+        self.size = {c.getId(): sp.Symbol(c.getId()) for c in m.getListOfCompartments()}
+        if TIME in {x.getId() for x in [*m.getListOfParameters(), *m.getListOfSpecies()]}:
+            raise ValueError(f"{path}: an SBML id {TIME!r} clashes with the time symbol.")
+        for r in m.getListOfRules():
+            if r.isAssignment():
+                self.rules[r.getVariable()] = from_mathml(
+                    r.getMath(), f"rule for {r.getVariable()!r}"
+                )
+
+
+def _compartments(parts: _Parts, parameter_overrides) -> None:
+    m, path, names = parts.m, parts.path, parts.names
+    for c in m.getListOfCompartments():
+        cid = c.getId()
+        if cid in parts.assigned:
+            continue
+        if cid in parts.ia and cid not in parameter_overrides:
+            parts.rules[cid] = parts.ia[cid]
+        elif cid in parts.ia:
+            names[cid] = np.nan  # the assignment's value, in _parameters
+        else:
+            names[cid] = _value(c, "compartment", path)
+            if not names[cid] > 0 and any(x.getCompartment() == cid for x in m.getListOfSpecies()):
+                raise ValueError(
+                    f"{path}: compartment {cid!r} has size {names[cid]:g}: the concentrations "
+                    "of the species in it are undefined. Give it a positive size."
+                )
+
+
+def _parameters(parts: _Parts, initial_overrides, parameter_overrides) -> None:
+    path, names, ia = parts.path, parts.names, parts.ia
+    for p in parts.m.getListOfParameters():
+        pid = p.getId()
+        if pid in parts.assigned:
+            continue
+        if pid in parts.rated:
+            if pid in ia:
+                parts.initial[pid] = ia[pid]
+            elif p.isSetValue() or pid not in initial_overrides:
+                parts.initial[pid] = sp.Float(_value(p, "parameter", path))
+            else:  # set by the conditions alone: NaN where one does not
+                parts.initial[pid] = sp.nan
+            parts.rates[pid] = from_mathml(parts.rated[pid].getMath(), f"rate rule for {pid!r}")
+        elif pid in ia and pid not in parameter_overrides:
+            parts.rules[pid] = ia[pid]
+        elif pid in ia:
+            names[pid] = np.nan  # the assignment's value, below
+        else:
+            names[pid] = _value(p, "parameter", path)
+    for pid in parameter_overrides:
+        if pid in ia:
+            names[pid] = _constant_value(ia[pid], names, parts.rules, path, pid)
+
+
+def _species(parts: _Parts, initial_overrides) -> None:
+    for sid, s in parts.species.items():
+        if sid in parts.assigned:
+            continue
+        comp = parts.size[s.getCompartment()]
+        conc = not s.getHasOnlySubstanceUnits()
+        if sid in parts.ia:
+            parts.initial[sid] = parts.ia[sid]
+        elif s.isSetInitialConcentration():
+            v = sp.Float(s.getInitialConcentration())
+            parts.initial[sid] = v if conc else v * comp
+        elif s.isSetInitialAmount():
+            v = sp.Float(s.getInitialAmount())
+            parts.initial[sid] = v / comp if conc else v
+        elif sid in initial_overrides:  # set by the conditions alone
+            parts.initial[sid] = sp.nan
+        else:
+            raise ValueError(f"{parts.path}: species {sid!r} has no initial value.")
+        parts.rates[sid] = (
+            from_mathml(parts.rated[sid].getMath(), f"rate rule for {sid!r}")
+            if sid in parts.rated
+            else sp.Integer(0)
+        )
+
+
+def _reactions(parts: _Parts) -> None:
+    """Each reaction's rate, times its stoichiometry, added to the rates of its
+    reactants and products (per volume for a concentration)."""
+    m = parts.m
+    for r in m.getListOfReactions():
+        law = r.getKineticLaw()
+        if law is None:
+            raise ValueError(f"{parts.path}: reaction {r.getId()!r} has no kinetic law.")
+        rate = from_mathml(law.getMath(), f"kinetic law of reaction {r.getId()!r}")
+        local = [*law.getListOfParameters()]
+        if m.getLevel() == 3:
+            local += [*law.getListOfLocalParameters()]
+        rate = rate.subs({sp.Symbol(q.getId()): sp.Float(q.getValue()) for q in local})
+        for sign, refs in ((-1, r.getListOfReactants()), (1, r.getListOfProducts())):
+            for ref in refs:
+                s = parts.species[ref.getSpecies()]
+                sid = s.getId()
+                fixed = s.getBoundaryCondition() or s.getConstant()
+                if fixed or sid in parts.rated or sid in parts.assigned:
+                    continue
+                term = sign * sp.Float(ref.getStoichiometry()) * rate
+                if not s.getHasOnlySubstanceUnits():
+                    term = term / parts.size[s.getCompartment()]
+                parts.rates[sid] = parts.rates[sid] + term
