@@ -60,8 +60,14 @@ def _writable_file(path: str, flag: str) -> None:
 
 
 def _check_outputs(args) -> None:
-    """`--plot` and `--json`: two different files, a figure format matplotlib writes,
-    both writable."""
+    """`--plot` and `--json`: file names (not empty, not `-`: the report's text is what
+    goes to stdout), two different files, a figure format matplotlib writes, both
+    writable."""
+    for flag, v in (("--plot", args.plot), ("--json", args.json)):
+        if v is not None and v.strip() in ("", "-"):
+            raise _UsageError(
+                f"{flag} needs a file name, got {v!r} (the report's text goes to stdout)."
+            )
     paths = [(f, v) for f, v in (("--plot", args.plot), ("--json", args.json)) if v]
     if len(paths) == 2 and os.path.realpath(paths[0][1]) == os.path.realpath(paths[1][1]):
         raise _UsageError(f"--plot and --json name one file ({args.plot}); give two paths.")
@@ -91,7 +97,7 @@ def _require(checks) -> None:
 def _common_checks(args) -> list:
     """The checks of the arguments every command that solves shares."""
     return [
-        (args.seed >= 0, f"--seed must be >= 0, got {args.seed}."),
+        (0 <= args.seed < 2**63, f"--seed must lie in [0, 2**63), got {args.seed}."),
         (
             math.isfinite(args.solver_rtol) and 0 < args.solver_rtol < 1,
             f"--solver-rtol must lie in (0, 1), got {args.solver_rtol}.",
@@ -99,11 +105,28 @@ def _common_checks(args) -> list:
     ]
 
 
+def _fits_in_memory(n: int, flag: str, what: str) -> tuple:
+    """A check that `n` rows of `what` (a few dozen numbers each) fit in this machine's
+    memory, as a `_require` pair."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): no bound
+        return True, ""
+    most = memory // (8 * 64)
+    return (
+        n <= most,
+        f"{flag} {n}: {n:.3g} {what} do not fit in this machine's memory (at most {most:.3g}).",
+    )
+
+
 def _check_fit(args, starts: int, flag: str) -> None:
     """The arguments of a multi-start fit, before the problem is loaded."""
+    if args.max_steps is None:
+        args.max_steps = 200
     _require(
         [
             (starts >= 1, f"{flag} must be positive, got {starts}."),
+            _fits_in_memory(starts, flag, "starts"),
             (args.max_steps >= 1, f"--max-steps must be >= 1, got {args.max_steps}."),
             *_common_checks(args),
         ]
@@ -116,6 +139,15 @@ def _validate(args, p: int) -> None:
         raise _UsageError(f"--k must lie in [0, {p}] for {args.model}, got {args.k}.")
     checks = [
         (args.samples >= 0, f"--samples must be >= 0, got {args.samples}."),
+        _fits_in_memory(args.samples, "--samples", "samples"),
+        (
+            args.max_steps is None or bool(args.fit),
+            "--max-steps sets the steps of the fits of --fit; give --fit N too.",
+        ),
+        (
+            args.free_initial_states is None or bool(args.free_initial_states.strip()),
+            "--free-initial-states needs state names (comma separated) or all.",
+        ),
         (args.batch_size >= 1, f"--batch-size must be >= 1, got {args.batch_size}."),
         (args.f >= 1, f"--f must be >= 1 (strong RRQR bound), got {args.f}."),
         *_common_checks(args),
@@ -228,6 +260,11 @@ def _analyze_problem(args, problem) -> int:
         raise _UsageError(
             "--samples is for models; a PEtab problem is analysed at one point (its "
             "nominal values, or the best fit with --fit)."
+        )
+    if args.scale != "none":
+        raise _UsageError(
+            "--scale is for models; a PEtab problem's sensitivities are per unit of each "
+            "parameter on its estimation scale (log10 in the parameter table: relative)."
         )
     _validate(args, problem.parameters.p)
     t0 = time.perf_counter()
@@ -526,7 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
         "parameter the file estimates, noise ones included) and analyse at the best fit "
         "(default: at the nominal values, noise parameters held)",
     )
-    a.add_argument("--max-steps", type=int, default=200, help="steps per fit (with --fit)")
+    a.add_argument(
+        "--max-steps", type=int, default=None, help="steps per fit (with --fit; default 200)"
+    )
     a.add_argument(
         "--free-initial-states",
         default=None,

@@ -168,6 +168,17 @@ def test_sweep_input_errors():
         (["--rtol", "1e-3", "--atol", "1e-3"], r"--rtol and --atol: give one rank rule"),
         (["--json", "{tmp}/r.png", "--plot", "{tmp}/r.png"], r"name one file"),
         (["--samples", "4", "--out", "/proc/o"], r"--out /proc/o cannot be written"),
+        # flags that used to be ignored or crash (issue 51)
+        (["--json", "-"], r"--json needs a file name, got '-'"),
+        (["--json", ""], r"--json needs a file name, got ''"),
+        (["--plot", ""], r"--plot needs a file name"),
+        (["--free-initial-states", ""], r"--free-initial-states needs state names"),
+        (["--max-steps", "50"], r"--max-steps sets the steps of the fits of --fit"),
+        (["--max-steps", "0"], r"--max-steps sets the steps of the fits of --fit"),
+        (["--fit", "2", "--max-steps", "0"], r"--max-steps must be >= 1"),
+        (["--seed", str(2**70)], r"--seed must lie in \[0, 2\*\*63\)"),
+        (["--samples", str(10**14)], r"--samples 100000000000000: .* memory"),
+        (["--fit", str(10**14)], r"--fit 100000000000000: .* memory"),
     ],
 )
 def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, capsys, monkeypatch):
@@ -182,6 +193,15 @@ def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith("jaxident: error: ") and re.search(match, err), err
+
+
+def test_cli_refuses_a_models_flag_for_a_petab_problem(capsys):
+    """`--scale relative` was ignored for a PEtab problem (issue 51)."""
+    from jaxident import cli
+
+    path = str(ji.data.petab_problem("boehm"))
+    assert cli.main(["analyze", path, "--scale", "relative"]) == 2
+    assert "--scale is for models" in capsys.readouterr().err
 
 
 def test_cli_ctrl_c_keeps_finished_samples_and_resumes(tmp_path, capsys, monkeypatch):
