@@ -41,11 +41,19 @@ from .._model._base import (
     Integrator,
     SensitivityEquations,
 )
-from .._model._dae import algebraic_solve, consistent_initial_values, dae_vector_field
+from .._model._dae import algebraic_solve
 from .._model._nonsmooth import ld_jvp, record_switches
 from .._model._transforms import time_warped
-from ._rosenbrock import Rodas4, traced_once
-from ._simulate import _switching_times as switching_times, in_segments, solve, Solved, unobserved
+from ._rosenbrock import Rodas4
+from ._simulate import (
+    _switching_times as switching_times,
+    first_state,
+    in_segments,
+    integrate,
+    solve,
+    solved,
+    unobserved,
+)
 
 
 class _ChordState(eqx.Module):
@@ -241,24 +249,22 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     Ms = M * c[None, :]
     active = jnp.any(M != 0, axis=0)
     dae = isinstance(model, DAEModel)
-    if dae:
-        x0, w0, init_ok = consistent_initial_values(model, th, integrator)
-        base_vf = dae_vector_field(model, integrator)
-    else:
-        base_vf = lambda t, x, a: model.vector_field(t, x, a)
-        init_ok = jnp.asarray(True)
+    if dae:  # the consistent initial values (x0, w0), and the index-1 system's field
+        first, base_vf, init_ok = first_state(model, th, integrator)
+    else:  # (the initial state is traced once, below, with its tangents)
+        base_vf, init_ok = (lambda t, x, a: model.vector_field(t, x, a)), jnp.asarray(True)
 
     def x0_of(tt):
         x = model.initial_state(view(tt))
         if dae:
-            x = (jnp.asarray(x, dtype=float), jnp.zeros_like(w0))
+            x = (jnp.asarray(x, dtype=float), jnp.zeros_like(first[1]))
         return jax.tree.map(lambda a: jnp.asarray(a, theta.dtype), x)
 
     # the initial state and its tangents from one trace (a pre-equilibration's steady
     # state is solved once, not again for the tangents); for a DAE, the algebraic part
     # is the consistent initialisation's, not the guess's
     y0, Y0 = ld_jvp(x0_of, (theta,), (Ms,))
-    z0, unravel = ravel_pytree((x0, w0) if dae else y0)
+    z0, unravel = ravel_pytree(first if dae else y0)
     z0 = z0.astype(theta.dtype)
     Z0 = jnp.concatenate([a.reshape(-1, Ms.shape[1]) for a in jax.tree.leaves(Y0)])
 
@@ -271,23 +277,11 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
     def run(t0, t1, y_start, ts, event):
-        state_field = lambda t, z, args: f(t, z, args[0])
-        with traced_once(_staggered(integrator.solver, state_field)) as solver:
-            return diffrax.diffeqsolve(
-                diffrax.ODETerm(vf),
-                solver,
-                t0=t0,
-                t1=t1,
-                dt0=integrator.dt0,
-                y0=y_start,
-                args=(theta, Ms),
-                saveat=diffrax.SaveAt(ts=ts, t1=True),
-                stepsize_controller=_controller(model, integrator, th, f, z0, theta, ts, active),
-                adjoint=diffrax.RecursiveCheckpointAdjoint(),
-                event=event,
-                max_steps=integrator.max_steps,
-                throw=False,
-            )
+        solver = _staggered(integrator.solver, lambda t, z, args: f(t, z, args[0]))
+        controller = _controller(model, integrator, th, f, z0, theta, ts, active)
+        adjoint = diffrax.RecursiveCheckpointAdjoint()
+        return integrate(integrator, diffrax.ODETerm(vf), solver, t0, t1, y_start, ts,
+                         (theta, Ms), controller, adjoint, event)  # fmt: skip
 
     def g(i, t, zz, pp):
         return ravel_pytree(model.apply_event(i, t, unravel(zz), view(pp)))[0].astype(zz.dtype)
@@ -350,15 +344,10 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         states = (jax.vmap(lambda z: unravel(z)[0])(zs), states)
     else:
         states = jax.vmap(unravel)(zs)
-    success = (seg.result == diffrax.RESULTS.successful) & init_ok
     free = unobserved(observed, ys)
     finite_Y = jnp.isfinite(Y) | free.reshape(-1)[:, None]
-    ok = success & jnp.all(jnp.isfinite(ys) | free) & jnp.all(finite_Y)
-    nan = jnp.asarray(jnp.nan, ys.dtype)
-    ys = jnp.where(ok, ys, nan)
-    states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
-    solved = Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
-    return ys.reshape(-1), Y, solved
+    record = solved(states, ys, seg, init_ok, jnp.all(jnp.isfinite(ys) | free) & jnp.all(finite_Y))
+    return record.ys.reshape(-1), Y, record
 
 
 def forward_sensitivities(

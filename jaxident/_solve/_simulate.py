@@ -396,6 +396,50 @@ class Solved(NamedTuple):
     num_steps: Array
 
 
+def first_state(model: AbstractModel, th, integrator: Integrator):
+    """`(y0, vector_field, init_ok)` of a model's solve: for a `DAEModel` the consistent
+    initial values `(x0, w0)` and the index-1 system's field; for an ODE its initial
+    state and field."""
+    if isinstance(model, DAEModel):
+        x0, w0, init_ok = consistent_initial_values(model, th, integrator)
+        return (x0, w0), dae_vector_field(model, integrator), init_ok
+    field = lambda t, x, args: model.vector_field(t, x, args)  # noqa: E731
+    return model.initial_state(th), field, jnp.asarray(True)
+
+
+def integrate(integrator: Integrator, term, solver, t0, t1, y_start, ts, args, controller,
+              adjoint, event):  # fmt: skip
+    """One segment's `diffrax.diffeqsolve`, saved at `ts` and at `t1`, failures returned
+    (`throw=False`): the call every solve path makes."""
+    with traced_once(solver) as solver:
+        return diffrax.diffeqsolve(
+            term,
+            solver,
+            t0=t0,
+            t1=t1,
+            dt0=integrator.dt0,
+            y0=y_start,
+            args=args,
+            saveat=diffrax.SaveAt(ts=ts, t1=True),
+            stepsize_controller=controller,
+            adjoint=adjoint,
+            event=event,
+            max_steps=integrator.max_steps,
+            throw=False,
+        )
+
+
+def solved(states, ys, seg: Segments, init_ok, finite) -> Solved:
+    """The record of a solve: `ok` where the integration succeeded, the initial values
+    were consistent and what must be finite is (`finite`), the states and outputs NaN
+    elsewhere."""
+    success = (seg.result == diffrax.RESULTS.successful) & init_ok
+    ok = success & finite
+    ys = jnp.where(ok, ys, jnp.asarray(jnp.nan, ys.dtype))
+    states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
+    return Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
+
+
 def solve(
     model: AbstractModel,
     theta: Array,
@@ -412,33 +456,14 @@ def solve(
     if isinstance(model, AlgebraicModel):
         return _solve_algebraic(model, th, times)
     model = time_warped(model, th, jnp.max(times))
-    if isinstance(model, DAEModel):
-        x0, w0, init_ok = consistent_initial_values(model, th, integrator)
-        term = diffrax.ODETerm(dae_vector_field(model, integrator))
-        y0 = (x0, w0)
-    else:
-        term = diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args))
-        y0 = model.initial_state(th)
-        init_ok = jnp.asarray(True)
+    y0, field, init_ok = first_state(model, th, integrator)
+    term = diffrax.ODETerm(field)
     jumps = _switching_times(model, th)
 
     def run(t0, t1, y_start, ts, event):
-        with traced_once(integrator.solver) as solver:
-            return diffrax.diffeqsolve(
-                term,
-                solver,
-                t0=t0,
-                t1=t1,
-                dt0=integrator.dt0,
-                y0=y_start,
-                args=th,
-                saveat=diffrax.SaveAt(ts=ts, t1=True),
-                stepsize_controller=integrator.controller(jumps, times=ts),
-                adjoint=adjoint,
-                event=event,
-                max_steps=integrator.max_steps,
-                throw=False,
-            )
+        controller = integrator.controller(jumps, times=ts)
+        return integrate(integrator, term, integrator.solver, t0, t1, y_start, ts, th,
+                         controller, adjoint, event)  # fmt: skip
 
     def jump(i, t, y):
         return model.apply_event(i, t, y, th)
@@ -463,13 +488,8 @@ def solve(
         ys = jax.vmap(lambda t, x: jnp.atleast_1d(model.output(t, x, th)))(times, seg.ys)
         states = seg.ys
         alg_ok = jnp.asarray(True)
-    success = (seg.result == diffrax.RESULTS.successful) & init_ok
     finite = jnp.all(jnp.isfinite(ys) | unobserved(observed, ys)) & alg_ok
-    ok = success & finite
-    nan = jnp.asarray(jnp.nan, ys.dtype)
-    ys = jnp.where(ok, ys, nan)
-    states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
-    return Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
+    return solved(states, ys, seg, init_ok, finite)
 
 
 def unobserved(observed, ys):
