@@ -252,7 +252,7 @@ def estimate(
     key: PRNGKeyArray | None = None,
     progress: bool = True,
     theta0: ArrayLike | dict | Sequence | None = None,
-    free: Sequence[str] | ArrayLike | None = None,
+    free: Sequence[str] | Sequence[bool] | ArrayLike | None = None,
     sigma: ArrayLike | Sequence | float | MeasurementError = 1.0,
     solver: optx.AbstractLeastSquaresSolver | optx.AbstractMinimiser | OptaxLD | None = None,
     bounds: bool | tuple = False,
@@ -284,7 +284,9 @@ def estimate(
     a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
     with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
     each fit with its status; `throw` raises only when every fit failed. Of the
-    arguments below `theta0`, `max_steps` and `integrator` apply.
+    arguments below `theta0`, `free` (the others held at `theta0` in every start: the
+    same compiled fit, where `problem.fix` builds a new problem and compiles again),
+    `max_steps` and `integrator` apply.
 
     **A model** (the arguments below):
 
@@ -323,13 +325,13 @@ def estimate(
     ```
     """
     if isinstance(model, Problem) or starts is not None:
-        ignored = [k for k, v in (("free", free), ("solver", solver), ("bounds", bounds))
+        ignored = [k for k, v in (("solver", solver), ("bounds", bounds))
                    if v is not None and v is not False]  # fmt: skip
         if ignored:
             raise TypeError(
                 f"{', '.join(ignored)}: for a model's least squares without starts; a "
-                "problem is fitted in its parameters' bounds, every parameter free (hold "
-                "one by ji.profile, or fix it: problem.fix({name: value}))."
+                "problem is fitted in its parameters' bounds by its own engine (hold "
+                "parameters with free=..., no new compilation)."
             )
         if isinstance(model, Problem):
             if data is not None or times is not None:
@@ -342,7 +344,7 @@ def estimate(
             problem = Problem.from_model(model, data, times, sigma)
         fits = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
                                 max_steps=max_steps, integrator=integrator,
-                                progress=progress, batch=batch)  # fmt: skip
+                                progress=progress, batch=batch, free=free)  # fmt: skip
         if throw and not np.isfinite(fits.best_nll):
             raise RuntimeError(
                 f"Estimation failed: the model could not be solved at any of the "

@@ -19,6 +19,7 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
+from .._problem._measurements import free_mask
 from .._problem._noise import Noise, per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
@@ -289,7 +290,8 @@ class MultiStart(eqx.Module):
     negative log-likelihood counts as having reached it).
 
     **Properties:** `best` (the best fit's parameters), `best_nll`, `log_likelihood`,
-    `n_at_best` (fits within `tol` of the best), `ok` (which fits converged).
+    `n_at_best` (fits within `tol` of the best), `ok` (which fits converged); `held`
+    names the parameters held at their starting values (`ji.estimate(..., free=...)`).
     **Methods:** `plot()` (a waterfall plot), `to_dict()`.
     """
 
@@ -302,6 +304,7 @@ class MultiStart(eqx.Module):
     result: optx.RESULTS
     at_bound: Bool[Array, "N q"]
     tol: float = eqx.field(static=True, default=0.1)
+    held: tuple[str, ...] = eqx.field(static=True, default=())
 
     @property
     def best(self) -> Float[Array, " q"]:
@@ -338,6 +341,7 @@ class MultiStart(eqx.Module):
             "nll": [None if not np.isfinite(v) else float(v) for v in nll],
             "steps": np.asarray(self.steps).tolist(),
             "at_bound_best": [n for n, b in zip(self.names, np.asarray(self.at_bound[0])) if b],
+            "held": list(self.held),
         }
 
     def __repr__(self) -> str:
@@ -350,7 +354,8 @@ class MultiStart(eqx.Module):
         ]
         at = set(d["at_bound_best"])
         for n, v in d["best"].items():
-            lines.append(f"  {n:<{w}} = {v:.8g}" + ("  (at a bound)" if n in at else ""))
+            note = "  (held)" if n in self.held else "  (at a bound)" if n in at else ""
+            lines.append(f"  {n:<{w}} = {v:.8g}{note}")
         return "\n".join(lines)
 
     def plot(self, ax=None):
@@ -410,17 +415,26 @@ def estimate_problem(
     integrator: Integrator | None = None,
     progress: bool = True,
     batch: int | None = None,
+    free: Sequence[str] | Sequence[bool] | ArrayLike | None = None,
 ) -> MultiStart:
     """Maximum-likelihood estimation of a problem's parameters (on their estimation
-    scales, in their bounds) from one or many starts: see `ji.estimate`."""
+    scales, in their bounds) from one or many starts: see `ji.estimate`. The parameters
+    outside `free` (names or a mask; default all) are held at `theta0` (default
+    nominal) in every start drawn, or at their values in starts given as an array: a
+    mask of the same compiled fit, never a new compilation."""
     if key is None:
         key = jax.random.key(0)
     pts = _starts(problem, starts, key, theta0)
+    free = np.asarray(free_mask(problem, free))
+    if not free.any():
+        raise ValueError("free holds every parameter: nothing to estimate.")
+    if isinstance(starts, (int, np.integer)) and not free.all():
+        pts = np.array(pts)  # (a writable copy)
+        pts[:, ~free] = np.asarray(check_theta(problem, theta0))[~free]
     integrator = problem.model.integrator if integrator is None else integrator
     if not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
     size = _batch_size(batch, len(pts))
-    free = np.ones(pts.shape[1], bool)
     outs = []
     bar = tqdm(total=len(pts), desc=f"fit {problem.name or 'problem'}",
                disable=not progress or len(pts) < 2)  # fmt: skip
@@ -452,4 +466,5 @@ def estimate_problem(
         result=result,
         at_bound=at_bound,
         tol=float(tol),
+        held=tuple(n for n, f in zip(problem.parameters.names, free) if not f),
     )

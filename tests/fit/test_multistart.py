@@ -198,6 +198,26 @@ def test_fit_kernel_under_vmap():
         assert int(batched[2][i]) == int(steps)
 
 
+def test_held_parameters_are_a_mask_of_the_same_fit():
+    """`ji.estimate(problem, starts=N, free=[...])`: the others held at theta0 in every
+    start; the best fit is SciPy's optimum with V held (closed form) and the fit of
+    `problem.fix`, and the kernel is not compiled again (a mask, not a new problem)."""
+    t, y = decay_data()
+    problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
+    ji.estimate(problem, starts=2, progress=False)  # compiles the fit
+    compiled = _fit_problem._cached._cache_size()
+    fits = ji.estimate(problem, starts=4, free=["k"], theta0=[0.5, 1.2], progress=False)
+    assert _fit_problem._cached._cache_size() == compiled
+    assert fits.held == ("V",) and np.all(np.asarray(fits.theta)[:, 1] == 1.2)
+    assert "(held)" in repr(fits) and fits.to_dict()["held"] == ["V"]
+    res = so.least_squares(lambda k: (np.exp(-k[0] * t) / 1.2 - y) / 0.01, [0.5],
+                           xtol=1e-14, ftol=1e-14)  # fmt: skip
+    np.testing.assert_allclose(float(fits.best[0]), res.x[0], rtol=1e-7)
+    fixed = ji.estimate(problem.fix({"V": 1.2}), starts=4, progress=False)
+    np.testing.assert_allclose(float(fixed.best[0]), float(fits.best[0]), rtol=1e-9)
+    np.testing.assert_allclose(fixed.best_nll, fits.best_nll, rtol=1e-12)
+
+
 def test_multistart_errors_and_plot(tmp_path):
     t, y = decay_data()
     model = Decay()
@@ -212,8 +232,10 @@ def test_multistart_errors_and_plot(tmp_path):
         ji.estimate(problem, y)
     with pytest.raises(TypeError, match="Give the data"):
         ji.estimate(model)
-    with pytest.raises(TypeError, match="free: for a model's least squares"):
-        ji.estimate(problem, free=["k"])
+    with pytest.raises(TypeError, match="solver: for a model's least squares"):
+        ji.estimate(problem, solver=ji.LevenbergMarquardt())
+    with pytest.raises(ValueError, match="nothing to estimate"):
+        ji.estimate(problem, free=[False, False])
     unbounded = ji.Problem(
         model,
         ji.Experiment(t, y[:, None], 0.01),
