@@ -2,7 +2,6 @@
 search) procedure of Alberton, Alberton, Di Maggio, Diaz & Secchi (2013) and the
 classical one-by-one procedure it accelerates."""
 
-import math
 import os
 import time
 import warnings
@@ -78,21 +77,11 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
                 )
                 break
             accepted = None
-            if procedure == Procedure.set_by_set:
-                a = math.ceil(len(ranked) / 2)
-                while accepted is None:
-                    out = evaluate(ranked[:a])
-                    if out.success:
-                        accepted = (ranked[:a], out.point)
-                    elif a == 1:
-                        break
-                    a = math.ceil(a / 2)
-            else:
-                for j in ranked:
-                    out = evaluate([j])
-                    if out.success:
-                        accepted = ([j], out.point)
-                        break
+            for trial in procedure.trials(ranked):
+                out = evaluate(trial)
+                if out.success:
+                    accepted = (trial, out.point)
+                    break
             if accepted is None:
                 stop = (
                     "no parameter is identifiable"
@@ -115,8 +104,13 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
     finally:
         bar.close()
 
+    return _selection(problem, procedure, point, W, selected, order, cost0, history, stop,
+                      time.perf_counter() - t_start)  # fmt: skip
+
+
+def _selection(problem, procedure, point, W, selected, order, cost0, history, stop, seconds):
+    """The `StepwiseSelection` of a run that ended at `point` with `order` selected."""
     rel = np.asarray(relative_std(W, jnp.asarray(selected)))
-    rel = rel[order] if order else np.zeros(0)
     return StepwiseSelection(
         procedure=procedure,
         names=problem.names,
@@ -124,7 +118,7 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
         selected=tuple(problem.names[j] for j in order),
         theta=np.asarray(point.theta),
         theta0=np.asarray(problem.theta0),
-        relative_std=rel,
+        relative_std=rel[order] if order else np.zeros(0),
         cost=point.cost,
         cost0=cost0,
         history=tuple(history),
@@ -134,7 +128,7 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
         error=problem.error,
         bounds=problem.bounds_text,
         stop_reason=stop,
-        seconds=time.perf_counter() - t_start,
+        seconds=seconds,
         fingerprint=problem.fingerprint,
     )
 

@@ -1,6 +1,9 @@
 """The settings of stepwise selection (`ji.Stepwise`), for `ji.set_by_set` and
 `ji.one_by_one` (Alberton, Alberton, Di Maggio, Diaz & Secchi 2013)."""
 
+import math
+from collections.abc import Iterator, Sequence
+
 import equinox as eqx
 import optimistix as optx
 
@@ -16,6 +19,21 @@ class Procedure(Choice):
 
     set_by_set = "set-by-set"
     one_by_one = "one-by-one"
+
+    def trials(self, ranked: Sequence[int]) -> Iterator[Sequence[int]]:
+        """The sets a round tries to add, in order, until one is accepted: the first
+        half of the ranked candidates, halved after each failure down to the first
+        alone (set-by-set, Alberton et al. Fig. 4); or each candidate alone in rank
+        order (one-by-one)."""
+        if self is Procedure.one_by_one:
+            yield from ([j] for j in ranked)
+            return
+        a = math.ceil(len(ranked) / 2)
+        while True:
+            yield ranked[:a]
+            if a == 1:
+                return
+            a = math.ceil(a / 2)
 
 
 class Stepwise(eqx.Module):
