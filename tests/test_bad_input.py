@@ -526,3 +526,18 @@ def test_complex_theta_and_boolean_threshold_are_refused():
         ji.sensitivity(model, theta)
     with pytest.raises(ValueError, match="threshold must be a positive number"):
         ji.analyze(model, threshold=True, progress=False)
+
+
+def test_a_sigma_whose_square_underflows_is_refused(tmp_path):
+    """A fixed sigma of 1e-300 gave a NaN log-likelihood without a word (issue 51):
+    refused where the experiment is built, by hand or from a PEtab measurement table."""
+    from helpers import write_petab
+
+    times = np.linspace(0.5, 4.0, 8)
+    with pytest.raises(ValueError, match="underflows to 0"):
+        ji.Experiment(times, np.ones(8), 1e-300)
+    ji.Experiment(times, np.ones(8), 1e-150)  # the smallest that squares to a number
+    rows = "".join(f"obs_X\tc0\t1.0\t{t}\t1e-300\n" for t in times)
+    m = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n" + rows
+    with pytest.raises(ValueError, match="underflows to 0"):
+        ji.petab.load(write_petab(tmp_path, measurements=m))

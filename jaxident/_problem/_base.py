@@ -125,6 +125,12 @@ class Experiment(eqx.Module):
             sigma = np.asarray(sigma, dtype=float)
             if np.any(~(sigma > 0)) or np.any(np.isinf(sigma)):
                 raise ValueError("sigma must be positive and finite.")
+            if np.any(sigma < _SMALLEST_SIGMA):
+                raise ValueError(
+                    f"sigma {float(sigma.min()):.3g} is below {_SMALLEST_SIGMA:g}: its "
+                    "square underflows to 0 in float64 and the log-likelihood would be "
+                    "NaN. Give the data and the noise in other units."
+                )
         self.sigma = sigma
         self.condition = _as_condition(condition)
         self.preequilibration = (
@@ -144,6 +150,51 @@ def _as_condition(condition) -> tuple:
                 raise ValueError(f"condition value for {k!r} is not finite: {v}.")
             out.append((str(k), v))
     return tuple(out)
+
+
+# the smallest standard deviation whose square is a normal float64 number
+_SMALLEST_SIGMA = 1e-150
+
+
+def _stacked(model, experiments, m: int) -> tuple[np.ndarray, ...]:
+    """The experiments' times, data, standard deviations and observed entries, each
+    `(n_experiments, T, ...)`, padded to the longest (`T`) with their last time, NaN
+    data, sigma 1 and nothing observed; checked against the model (its start `t0`, its
+    `m` outputs)."""
+    T = max(e.times.size for e in experiments)
+    times, data, sigma, observed = [], [], [], []
+    t0 = -np.inf if isinstance(model, AlgebraicModel) else float(model.t0)
+    for e in experiments:
+        n = e.times.size
+        if e.times[0] < t0:
+            raise ValueError(
+                f"experiment {e.name!r} measures at t = {e.times[0]:g}, before the "
+                f"model starts (t0 = {t0:g}): give times from t0 on."
+            )
+        d = np.full((n, m), np.nan) if e.data is None else e.data
+        if d.shape[1] != m:
+            raise ValueError(
+                f"experiment {e.name!r}: data has {d.shape[1]} outputs, the model {m}."
+            )
+        if isinstance(e.sigma, MeasurementError):
+            s = np.asarray(e.sigma.sigma(np.where(np.isnan(d), 0.0, d)))
+        else:
+            s = (
+                np.broadcast_to(np.asarray(e.sigma, dtype=float), (n, m))
+                if e.sigma.ndim < 2
+                else e.sigma
+            )
+            if s.shape != (n, m):
+                raise ValueError(f"experiment {e.name!r}: sigma has shape {s.shape}.")
+        pad = T - n
+        times.append(np.concatenate([e.times, np.full(pad, e.times[-1])]))
+        data.append(np.concatenate([d, np.full((pad, m), np.nan)]))
+        sigma.append(np.concatenate([s, np.ones((pad, m))]))
+        # the rows of the sensitivity matrix: the data, or every output at every
+        # time of a design study (no data)
+        seen = np.ones((n, m), bool) if e.data is None else ~np.isnan(d)
+        observed.append(np.concatenate([seen, np.zeros((pad, m), bool)]))
+    return tuple(np.stack(a) for a in (times, data, sigma, observed))
 
 
 class Problem(eqx.Module):
@@ -249,44 +300,12 @@ class Problem(eqx.Module):
         self.distributions = as_noises(distributions or (Noise.normal,) * m, "noise distribution")
         if len(self.transforms) != m or len(self.distributions) != m:
             raise ValueError(f"Give one transform and one distribution per output ({m}).")
-        T = max(e.times.size for e in experiments)
-        times, data, sigma, observed = [], [], [], []
-        t0 = -np.inf if isinstance(model, AlgebraicModel) else float(model.t0)
-        for e in experiments:
-            n = e.times.size
-            if e.times[0] < t0:
-                raise ValueError(
-                    f"experiment {e.name!r} measures at t = {e.times[0]:g}, before the "
-                    f"model starts (t0 = {t0:g}): give times from t0 on."
-                )
-            d = np.full((n, m), np.nan) if e.data is None else e.data
-            if d.shape[1] != m:
-                raise ValueError(
-                    f"experiment {e.name!r}: data has {d.shape[1]} outputs, the model {m}."
-                )
-            if isinstance(e.sigma, MeasurementError):
-                s = np.asarray(e.sigma.sigma(np.where(np.isnan(d), 0.0, d)))
-            else:
-                s = (
-                    np.broadcast_to(np.asarray(e.sigma, dtype=float), (n, m))
-                    if e.sigma.ndim < 2
-                    else e.sigma
-                )
-                if s.shape != (n, m):
-                    raise ValueError(f"experiment {e.name!r}: sigma has shape {s.shape}.")
-            pad = T - n
-            times.append(np.concatenate([e.times, np.full(pad, e.times[-1])]))
-            data.append(np.concatenate([d, np.full((pad, m), np.nan)]))
-            sigma.append(np.concatenate([s, np.ones((pad, m))]))
-            # the rows of the sensitivity matrix: the data, or every output at every
-            # time of a design study (no data)
-            seen = np.ones((n, m), bool) if e.data is None else ~np.isnan(d)
-            observed.append(np.concatenate([seen, np.zeros((pad, m), bool)]))
+        times, data, sigma, observed = _stacked(model, experiments, m)
         self.steady = tuple(bool(np.isinf(e.times[0])) for e in experiments)
-        self.times = jnp.asarray(np.stack(times))
-        self.data = jnp.asarray(np.stack(data))
-        self.sigma = jnp.asarray(np.stack(sigma))
-        self.observed = jnp.asarray(np.stack(observed))
+        self.times = jnp.asarray(times)
+        self.data = jnp.asarray(data)
+        self.sigma = jnp.asarray(sigma)
+        self.observed = jnp.asarray(observed)
         self.preequilibrated = tuple(e.preequilibration is not None for e in experiments)
         src, const = _mapping(model, params, experiments, "condition")
         self.source, self.constant = src, jnp.asarray(const)
@@ -301,7 +320,7 @@ class Problem(eqx.Module):
             e.name or f"experiment {i}" for i, e in enumerate(experiments)
         )
         self.columns = _columns(model, self.source, self.pre_source, self.preequilibrated,
-                                np.stack(observed), self.noise_outputs)  # fmt: skip
+                                observed, self.noise_outputs)  # fmt: skip
         self.name = name
 
     @classmethod
