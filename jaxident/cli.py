@@ -194,9 +194,14 @@ def _load_model_file(spec: str):
         spec_.loader.exec_module(module)
     finally:
         sys.path.pop(0)
+    found = [n for n, v in vars(module).items() if isinstance(v, type) and n[0] != "_"]
     if not hasattr(module, cls):
-        found = [n for n, v in vars(module).items() if isinstance(v, type) and n[0] != "_"]
         raise _UsageError(f"{path} has no {cls!r}; it defines {found}.")
+    if not isinstance(getattr(module, cls), type):
+        raise _UsageError(
+            f"{path}:{cls} is a {type(getattr(module, cls)).__name__}, not a model class; "
+            f"its classes are {found}."
+        )
     try:
         return getattr(module, cls)()
     except TypeError as e:
@@ -208,7 +213,10 @@ def load_target(name: str, estimate_noise: bool = False):
     noise-only parameters estimated too, as for a fit) or `file.py:Class`."""
     import jaxident as ji
 
+    folder = f"{name} is a directory; give the PEtab problem's YAML file in it."
     if name.lower().endswith((".yaml", ".yml")):
+        if os.path.isdir(name):
+            raise _UsageError(folder)
         if not os.path.isfile(name):
             raise _UsageError(f"{name}: no such file.")
         try:
@@ -220,6 +228,8 @@ def load_target(name: str, estimate_noise: bool = False):
     try:
         return ji.models.load(name)
     except ValueError as e:
+        if os.path.isdir(name):
+            raise _UsageError(folder) from None
         raise _UsageError(
             f"{e} Give a built-in name, a PEtab problem (problem.yaml) or a model class "
             "in a file (my_model.py:MyModel)."

@@ -54,6 +54,20 @@ def test_analyze_errors(capsys):
     assert cli.main(["analyze", "svir", "--k", "9"]) == 2
 
 
+def test_a_folder_or_a_module_is_named_as_such(tmp_path, capsys):
+    """A folder given for the problem ("no such file" before) and a name in a model file
+    that is no class ("ji() needs arguments" before) are said to be what they are
+    (issue 51)."""
+    (tmp_path / "p.yaml").mkdir()
+    for target in (str(tmp_path), str(tmp_path / "p.yaml")):
+        assert cli.main(["analyze", target]) == 2
+        assert "is a directory; give the PEtab problem's YAML file" in capsys.readouterr().err
+    path = tmp_path / "mymodels.py"
+    path.write_text("import jaxident as ji\n\n\nclass Decay(ji.ODEModel):\n    pass\n")
+    assert cli.main(["analyze", f"{path}:ji"]) == 2
+    assert "is a module, not a model class; its classes are ['Decay']" in capsys.readouterr().err
+
+
 def test_analyze_with_free_initial_states(capsys):
     """`--free-initial-states S,I`: the initial values join the parameters (by the
     model's state_names); an unknown name is one line naming the states."""
