@@ -143,10 +143,18 @@ def predict_kernel(
     takes Jacobians by `jax.jacfwd`. `error_mode` (equinox's, see `on_error_mode`) only
     keys the compilation cache: called from the host the kernel is compiled with the
     libraries' checks as NaN (no host callbacks; its `ok` flags report failures)."""
+    y, Y, ok, steps = _solved_outputs(problem, theta, integrator, jacobian, adjoint)
+    return _likelihood(problem, y, Y, ok, steps, jacobian)
+
+
+def _solved_outputs(problem, theta, integrator, jacobian, adjoint):
+    """Every experiment's outputs `(e, n, outputs)` (and noise outputs), with their
+    derivatives along the problem's parameters where `jacobian`, each experiment solved
+    by its kind (transient or steady-state measurements, pre-equilibrated or not), its
+    `ok` flag and step count."""
     plain = problem.model
     pre = None if problem.pre_source is None else preequilibrated(problem.model, integrator)
     th, M = _directions(problem, theta)
-    m = problem.n_observables
     cols = _padded_columns(problem)
     if jacobian and cols is not None:
         # each experiment's own columns (a padding column of zeros after the last)
@@ -195,6 +203,15 @@ def predict_kernel(
         full = jnp.zeros((Yt.shape[0], q + 1, *Yt.shape[2:]), Yt.dtype)
         full = full.at[np.arange(Yt.shape[0])[:, None], cols].set(Yt)
         Y = jnp.moveaxis(full[:, :q], 1, -1)
+    return y, Y, ok, steps
+
+
+def _likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
+    """The prediction from the solved outputs: the observables' residuals on their
+    transformed scales over the noise, the log-likelihood, and where `jacobian` the
+    weighted residuals' Jacobian (and the noise rows of a noise model with
+    parameters)."""
+    m = problem.n_observables
     pred = y[..., :m]
     if any(problem.noise_outputs):
         sigma = jnp.where(jnp.asarray(problem.noise_outputs), y[..., m : 2 * m], problem.sigma)
