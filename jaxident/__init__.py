@@ -25,6 +25,7 @@ from ._identify._delay_jacobian import (
     attractor_states as attractor_states,
     delay_jacobian as delay_jacobian,
 )
+from ._identify._delay_result import DelayQuantity as DelayQuantity
 from ._identify._estimability import (
     Estimability as Estimability,
     estimability as estimability,

@@ -102,14 +102,6 @@ def analysis(sel, freq: Mapping[str, float] | None = None, *, n: int | None = No
     return fig
 
 
-_DELAY_LABELS = {
-    "singular": r"$\log_{10}\,\sigma_{%s}/\sigma_1$",
-    "basis": r"$\tilde v_B^{(%d)}(%s)$",
-    "uncertainty": r"$\log_{10}\, v(%s)$",
-    "correlation": r"$\rho(%s, %s)$",
-}
-
-
 def delay_histograms(result, kind: str = "singular", *, column: int = 0, pairs=None, bins=50):
     """Colour-coded histograms over the delay `tau`, one panel per quantity, of a
     `ji.delay_estimability` result (Schumann-Bischoff et al. 2016, Figs. 3-5 and 10-16):
@@ -117,24 +109,14 @@ def delay_histograms(result, kind: str = "singular", *, column: int = 0, pairs=N
     `"correlation"` (`pairs`, default every pair). Returns the figure."""
     import matplotlib.pyplot as plt
 
-    names = result.names
-    if kind == "singular":
-        items = list(range(1, len(names) + 1))
-    elif kind == "correlation":
-        items = (
-            [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
-            if pairs is None
-            else list(pairs)
-        )
-    else:
-        items = list(names)
-    ncol = min(4, len(items))
-    nrow = -(-len(items) // ncol)
+    panels = result.histogram_panels(kind, column, pairs)
+    ncol = min(4, len(panels))
+    nrow = -(-len(panels) // ncol)
     fig, axes = plt.subplots(
         nrow, ncol, figsize=(3.0 * ncol, 2.3 * nrow), squeeze=False, constrained_layout=True
     )
     taus = np.asarray(result.taus)
-    for ax, item in zip(axes.flat, items):
+    for ax, (item, label) in zip(axes.flat, panels):
         counts, _, edges = result.histogram(kind, item, bins=bins, column=column)
         if taus.size > 1:
             dt = np.diff(taus)
@@ -144,19 +126,11 @@ def delay_histograms(result, kind: str = "singular", *, column: int = 0, pairs=N
         else:
             tedges = np.array([taus[0] * 0.9, taus[0] * 1.1])
         ax.pcolormesh(tedges, edges, np.ma.masked_equal(counts.T, 0), cmap="viridis")
-        if kind == "singular":
-            label = _DELAY_LABELS[kind] % item
-        elif kind == "basis":
-            label = _DELAY_LABELS[kind] % (column + 1, item)
-        elif kind == "correlation":
-            label = _DELAY_LABELS[kind] % item
-        else:
-            label = _DELAY_LABELS[kind] % item
         ax.set_title(label, fontsize="small")
         ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel(r"$\tau$", fontsize="small")
         ax.tick_params(labelsize="x-small")
-    for ax in list(axes.flat)[len(items) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     return fig
 

@@ -4,10 +4,63 @@ attractor and over delays (Schumann-Bischoff, Luther & Parlitz 2016, the histogr
 import equinox as eqx
 import numpy as np
 
+from .._runtime._choice import Choice
 from ._estimability import _fmt_sets, dependency_lines
 
 
-_KINDS = ("singular", "basis", "uncertainty", "correlation")
+class DelayQuantity(Choice):
+    """What `DelayEstimability.histogram` counts per delay (the paper's colour-coded
+    figures), each with its values, the items it has, and its label: `singular`
+    (`log10 sigma_i/sigma_1`, items the indices `i` from 1), `basis` (a component of
+    `v~^(column)`, items the unknowns), `uncertainty` (`log10 v_k`), `correlation`
+    (`rho`, items pairs of unknowns)."""
+
+    singular = "singular"
+    basis = "basis"
+    uncertainty = "uncertainty"
+    correlation = "correlation"
+
+    def values(self, result: "DelayEstimability", item, column: int) -> np.ndarray:
+        """The quantity of `item` at every sample, `(n_tau, n_states)`, NaN where a
+        solve failed (and, for a basis, where the sample's nullity is not the one
+        analysed)."""
+        index = result._index
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self is DelayQuantity.singular:
+                tiny = np.finfo(float).tiny
+                out = np.log10(np.maximum(result.singular_ratios[..., int(item) - 1], tiny))
+            elif self is DelayQuantity.basis:
+                if not 0 <= column < result.nullity:
+                    raise ValueError(f"column must lie in [0, {result.nullity}), got {column}.")
+                out = result.basis[..., index(item), column].copy()
+                out = np.where(result.nullities == result.nullity, out, np.nan)
+            elif self is DelayQuantity.uncertainty:
+                out = np.log10(result.uncertainty[..., index(item)])
+            else:
+                a, b = item
+                out = result.correlation[..., index(a), index(b)].copy()
+        return np.where(result.ok, out, np.nan)
+
+    def items(self, names: tuple[str, ...], pairs=None) -> list:
+        """Every item of the quantity (the plot's panels): `pairs` for a correlation,
+        default every pair."""
+        if self is DelayQuantity.singular:
+            return list(range(1, len(names) + 1))
+        if self is DelayQuantity.correlation:
+            every = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+            return every if pairs is None else list(pairs)
+        return list(names)
+
+    def label(self, item, column: int) -> str:
+        """The item's label (LaTeX), as in the paper's figures."""
+        if self is DelayQuantity.singular:
+            return rf"$\log_{{10}}\,\sigma_{{{item}}}/\sigma_1$"
+        if self is DelayQuantity.basis:
+            return rf"$\tilde v_B^{{({column + 1})}}({item})$"
+        if self is DelayQuantity.uncertainty:
+            return rf"$\log_{{10}}\, v({item})$"
+        a, b = item
+        return rf"$\rho({a}, {b})$"
 
 
 class DelayEstimability(eqx.Module):
@@ -130,50 +183,43 @@ class DelayEstimability(eqx.Module):
         return dict(zip(self.names, med.tolist()))
 
     def histogram(
-        self, kind: str, name: str | tuple[str, str] | int, *, bins: int = 50, column: int = 0
+        self,
+        kind: DelayQuantity | str,
+        name: str | tuple[str, str] | int,
+        *,
+        bins: int = 50,
+        column: int = 0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Counts of one quantity per delay, as in the paper's colour-coded figures.
 
         **Arguments:**
 
-        - `kind`: `"singular"` (`log10 sigma_i/sigma_1`, `name` an index `i` from 1),
-          `"basis"` (component of `v~^(column)` for quantity `name`), `"uncertainty"`
-          (`log10 v_k`), `"correlation"` (`rho`, `name` a pair).
+        - `kind`: a `DelayQuantity` or its name: `"singular"` (`log10 sigma_i/sigma_1`,
+          `name` an index `i` from 1), `"basis"` (component of `v~^(column)` for
+          quantity `name`), `"uncertainty"` (`log10 v_k`), `"correlation"` (`rho`,
+          `name` a pair).
 
         **Returns:** `(counts (n_tau, bins), taus, bin_edges)`.
         """
-        vals = self._values(kind, name, column)
+        kind = DelayQuantity.of(kind, "kind")
+        vals = kind.values(self, name, column)
         finite = vals[np.isfinite(vals)]
         if finite.size == 0:
             raise ValueError(f"No finite values of {kind} {name!r} to histogram.")
-        lo, hi = (-1.0, 1.0) if kind == "correlation" else (finite.min(), finite.max())
+        correlation = kind is DelayQuantity.correlation
+        lo, hi = (-1.0, 1.0) if correlation else (finite.min(), finite.max())
         if hi <= lo:
             lo, hi = lo - 0.5, hi + 0.5
         edges = np.linspace(lo, hi, bins + 1)
         counts = np.stack([np.histogram(v[np.isfinite(v)], bins=edges)[0] for v in vals], axis=0)
         return counts, np.asarray(self.taus), edges
 
-    def _values(self, kind, name, column) -> np.ndarray:
-        tiny = np.finfo(float).tiny
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if kind == "singular":
-                i = int(name) - 1
-                out = np.log10(np.maximum(self.singular_ratios[..., i], tiny))
-            elif kind == "basis":
-                if not 0 <= column < self.nullity:
-                    raise ValueError(f"column must lie in [0, {self.nullity}), got {column}.")
-                out = self.basis[..., self._index(name), column].copy()
-            elif kind == "uncertainty":
-                out = np.log10(self.uncertainty[..., self._index(name)])
-            elif kind == "correlation":
-                a, b = name
-                out = self.correlation[..., self._index(a), self._index(b)].copy()
-            else:
-                raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}.")
-        out = np.where(self.ok, out, np.nan)
-        if kind == "basis":
-            out = np.where(self.nullities == self.nullity, out, np.nan)
-        return out
+    def histogram_panels(
+        self, kind: DelayQuantity | str, column: int = 0, pairs=None
+    ) -> list[tuple[object, str]]:
+        """`(item, label)` of every panel of `kind`'s histograms (`ji.plot.delay_histograms`)."""
+        kind = DelayQuantity.of(kind, "kind")
+        return [(item, kind.label(item, column)) for item in kind.items(self.names, pairs)]
 
     def to_dict(self) -> dict:
         return {

@@ -298,6 +298,12 @@ def test_histograms_and_plots(colpitts):
     assert np.all(edges[-1] < -10)  # sigma_7 / sigma_1 is numerically zero
     counts, _, _ = res.histogram("correlation", ("p1", "p2"), bins=10)
     assert counts.sum() == 18
+    same, _, _ = res.histogram(ji.DelayQuantity.correlation, ("p1", "p2"), bins=10)
+    np.testing.assert_array_equal(same, counts)  # the option or its name
+    with pytest.raises(ValueError, match="kind must be one of 'singular', 'basis'"):
+        res.histogram("singulr", 1)
+    labels = [label for _, label in res.histogram_panels("correlation", pairs=[("p1", "p2")])]
+    assert labels == [r"$\rho(p1, p2)$"]
     for kind in ["singular", "basis", "uncertainty", "correlation"]:
         fig = ji.plot.delay_histograms(res, kind, pairs=[("p1", "p2"), ("p3", "p4")])
         n = {"singular": 7, "basis": 7, "uncertainty": 7, "correlation": 2}[kind]
