@@ -457,8 +457,6 @@ def test_each_procedure_carries_its_trials():
     """Set-by-set tries the first half of the ranked candidates, halving after each
     failure down to the first alone (Alberton et al. 2013, Fig. 4: 5 -> 3, 2, 1);
     one-by-one tries each alone in rank order."""
-    from jaxident._identify._stepwise_method import Procedure
-
     assert list(Procedure.set_by_set.trials([4, 0, 2, 1, 3])) == [[4, 0, 2], [4, 0], [4]]
     assert list(Procedure.set_by_set.trials([7])) == [[7]]
     assert list(Procedure("one-by-one").trials([3, 1])) == [[3], [1]]
