@@ -272,11 +272,11 @@ def estimate(
     Levenberg-Marquardt with the Fisher information as its Hessian (Fisher scoring; the
     gradient exact from the sensitivities), which, where it would stop, goes on with a
     secant of the rest of the Hessian added (Dennis-Gay-Welsch, as NL2SOL) until it
-    stops again. `starts`: `None` (one start at `theta0`,
-    default nominal), a number of Latin-hypercube starts in the bounds on the
-    estimation scale (drawn with `key`, default `jax.random.key(0)`), or an `(N, q)`
-    array of starts. The fits run one after another, compiled once, with a progress
-    bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
+    stops again. `starts`: `None` (one start at `theta0`, default nominal), a number
+    of Latin-hypercube starts in the bounds on the estimation scale (drawn with `key`,
+    default `jax.random.key(0)`; the first is `theta0` where it is given), or an
+    `(N, q)` array of starts inside the bounds. The fits run one after another,
+    compiled once, with a progress bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
     slowest). A fit is a chain of small solves, latency-bound on a GPU: on an H100 a
     Boehm start took 23 s against 1.4 s on eight CPU cores, so on a GPU machine every
     fit runs on the host's CPU, its estimate returned to the GPU

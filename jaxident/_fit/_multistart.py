@@ -365,10 +365,18 @@ class MultiStart(eqx.Module):
 
 
 def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
+    """The starts on the estimation scale, `(N, q)`: `theta0` alone (default nominal);
+    `N` Latin-hypercube draws in the bounds, the first replaced by `theta0` where it is
+    given; or the array given, each row inside the bounds."""
     q = problem.parameters.p
     if starts is None:
         return np.asarray(check_theta(problem, theta0))[None]
-    if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
+    if isinstance(starts, (bool, str, float, np.floating)):
+        raise TypeError(
+            "starts must be a number of starts (an int) or an (N, q) array of starts, "
+            f"got {type(starts).__name__} {starts!r}."
+        )
+    if isinstance(starts, (int, np.integer)):
         if starts < 1:
             raise ValueError(f"starts must be a positive number of starts, got {starts}.")
         box = problem.parameters
@@ -380,12 +388,26 @@ def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
                 "give finite bounds, or the starts as an (N, q) array."
             )
         check_key(key)
-        return np.asarray(latin_hypercube(key, box, int(starts)))
+        pts = np.array(latin_hypercube(key, box, int(starts)))
+        if theta0 is not None:  # the given point is the first start
+            pts[0] = np.asarray(check_theta(problem, theta0))
+        return pts
     pts = np.asarray(starts, dtype=float)
     if pts.ndim != 2 or pts.shape[1] != q:
         raise ValueError(f"starts must be a number or an (N, {q}) array, got shape {pts.shape}.")
+    if pts.shape[0] == 0:
+        raise ValueError(f"starts is an empty (0, {q}) array: give at least one start.")
     if not np.all(np.isfinite(pts)):
         raise ValueError("starts must be finite.")
+    box = problem.parameters
+    outside = (pts < np.asarray(box.lower)) | (pts > np.asarray(box.upper))
+    if outside.any():
+        i = int(np.flatnonzero(outside.any(axis=1))[0])
+        names = [n for n, o in zip(box.names, outside[i]) if o]
+        raise ValueError(
+            f"start {i} lies outside the bounds (on the estimation scales) for {names}: "
+            "a fit runs inside them; move the start in, or widen the bounds."
+        )
     return pts
 
 
@@ -432,8 +454,10 @@ def estimate_problem(
         pts = np.array(pts)  # (a writable copy)
         pts[:, ~free] = np.asarray(check_theta(problem, theta0))[~free]
     integrator = problem.model.integrator if integrator is None else integrator
-    if not (isinstance(max_steps, int) and max_steps >= 1):
+    if isinstance(max_steps, bool) or not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
+    if not bool(np.any(np.isfinite(np.asarray(problem.data)) & np.asarray(problem.observed))):
+        raise ValueError(f"{problem.name or 'The problem'} has no data to fit (every datum NaN).")
     size = _batch_size(batch, len(pts))
     outs = []
     bar = tqdm(total=len(pts), desc=f"fit {problem.name or 'problem'}",

@@ -236,6 +236,22 @@ def test_multistart_errors_and_plot(tmp_path):
         ji.estimate(problem, solver=ji.LevenbergMarquardt())
     with pytest.raises(ValueError, match="nothing to estimate"):
         ji.estimate(problem, free=[False, False])
+    # (issue 49's hostile-user cases in this code)
+    for bad in (2.0, "5", True):
+        with pytest.raises(TypeError, match=f"got {type(bad).__name__}"):
+            ji.estimate(problem, starts=bad)
+    with pytest.raises(ValueError, match=r"empty \(0, 2\) array"):
+        ji.estimate(problem, starts=np.ones((0, 2)))
+    lo = np.asarray(problem.parameters.lower)
+    with pytest.raises(ValueError, match=r"start 1 lies outside the bounds .* \['k'\]"):
+        ji.estimate(problem, starts=[[0.5, 1.0], [lo[0] - 1.0, 1.0]])
+    with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+        ji.estimate(problem, starts=2, max_steps=True)
+    blind = ji.Problem.from_model(model, np.full((t.size, 1), np.nan), t, 0.01)
+    with pytest.raises(ValueError, match="no data to fit"):
+        ji.estimate(blind, starts=2)
+    first = ji.estimate(problem, starts=3, theta0=[0.5, 1.2], progress=False)
+    np.testing.assert_array_equal(np.asarray(first.starts)[0], [0.5, 1.2])  # theta0 first
     unbounded = ji.Problem(
         model,
         ji.Experiment(t, y[:, None], 0.01),
