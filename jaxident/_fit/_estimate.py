@@ -276,11 +276,11 @@ def estimate(
     of Latin-hypercube starts in the bounds on the estimation scale (drawn with `key`,
     default `jax.random.key(0)`; the first is `theta0` where it is given), or an
     `(N, q)` array of starts inside the bounds. The fits run one after another,
-    compiled once, with a progress bar; `batch=B` runs `B` of them side by side (one `vmap`, in lockstep with the
-    slowest). A fit is a chain of small solves, latency-bound on a GPU: on an H100 a
-    Boehm start took 23 s against 1.4 s on eight CPU cores, so on a GPU machine every
-    fit runs on the host's CPU, its estimate returned to the GPU
-    (`JAXIDENT_FIT_DEVICE=default` fits on the GPU). Returns
+    compiled once, with a progress bar; `batch=B` runs `B` of them side by side (one
+    `vmap`, in lockstep with the slowest). A fit is a chain of small solves,
+    latency-bound on a GPU: on an H100 a Boehm start took 23 s against 1.4 s on eight
+    CPU cores, so on a GPU machine every fit runs on the host's CPU, its estimate
+    returned to the GPU (`JAXIDENT_FIT_DEVICE=default` fits on the GPU). Returns
     a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
     with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
     each fit with its status; `throw` raises only when every fit failed. Of the
