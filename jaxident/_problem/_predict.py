@@ -226,6 +226,9 @@ def _likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
     noises = problem.distributions
     log_jac = jnp.stack([h[o].log_jacobian(data[..., o], jnp) for o in range(m)], axis=-1)
     ll = per_output(noises, Noise.log_density, r, sigma, xp=jnp) - log_jac
+    # a standard deviation at or below 0 has no likelihood (the normal density's
+    # log(sigma^2) would not see the sign): -inf, which a fit's step never accepts
+    ll = jnp.where(sigma > 0, ll, -jnp.inf)
     llh = jnp.sum(jnp.where(observed, ll, 0.0))
     J = noise_J = None
     if jacobian:

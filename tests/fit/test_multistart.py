@@ -367,3 +367,31 @@ def test_every_start_failed():
     fits = ji.estimate(problem, starts=2, progress=False, throw=False)
     assert np.all(np.isinf(np.asarray(fits.nll))) and not fits.ok.any()
     assert fits.to_dict()["failed"] == 2
+
+
+def test_a_fit_never_ends_at_a_negative_sigma(tmp_path):
+    """A noise parameter estimated on a lin scale in [-1, 1]: the normal density's
+    log(sigma^2) does not see the sign, and 3 of 6 fits ended at sigma < 0 with status
+    successful, one ranked best (issue 49). The log-likelihood there is -inf: such a
+    start fails, and no fit steps across 0."""
+    rows = "".join(
+        f"obs_X\tc0\t{v}\t{t}\tsd\n"
+        for t, v in zip(np.linspace(0.5, 4.0, 8), [0.9, 1.2, 1.5, 1.3, 0.9, 0.65, 0.45, 0.3])
+    )
+    measurements = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
+    parameters = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\n"
+        "t_on\tlin\t0.1\t3.5\t1.3\t1\nsd\tlin\t-1\t1\t0.1\t1\n"
+    )
+    path = write_petab(tmp_path, measurements=measurements + rows, parameters=parameters)
+    problem = ji.petab.load(path, estimate_noise=True)
+    fits = ji.estimate(problem, starts=6, key=jax.random.key(1), progress=False)
+    sd = np.asarray(fits.theta)[:, problem.parameters.names.index("sd")]
+    nll = np.asarray(fits.nll)
+    assert np.all(sd[np.isfinite(nll)] > 0) and np.any(sd < 0) and np.isfinite(nll[0])
+    assert not np.any(np.asarray(fits.ok)[sd <= 0])
+    negative = np.asarray(problem.parameters.nominal).copy()
+    negative[-1] = -0.1
+    with pytest.raises(ValueError, match="a standard deviation must be positive"):
+        ji.predict(problem, negative)
