@@ -216,6 +216,8 @@ def waterfall(fits, ax=None):
     ax.set_title(f"{nll.size} starts: best log-likelihood {-nll[0]:.6g}{more}")
     ax.legend(frameon=False, fontsize="small", loc="upper left")
     ax.xaxis.get_major_locator().set_params(integer=True)
+    if finite.any():  # at least a decade, so that agreeing fits do not get one repeated tick
+        ax.set_ylim(0.8, max(10.0, 1.5 * float(np.max(above[finite]))))
     ax.figure.tight_layout()
     return ax
 

@@ -265,6 +265,9 @@ def test_multistart_errors_and_plot(tmp_path):
     ax = fits.plot()
     ax.figure.savefig(tmp_path / "w.png")
     assert (tmp_path / "w.png").stat().st_size > 10_000
+    # both fits agree: the log axis still spans a decade, not one repeated "10^0" tick
+    low, high = ax.get_ylim()
+    assert low < 1.0 and high >= 10.0
 
 
 def test_cli_fit_and_analyze_at_the_fit(tmp_path, capsys):
