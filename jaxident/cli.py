@@ -245,21 +245,22 @@ def _integrator(model, rtol: float):
 
 def _fit(args, problem, starts: int):
     import jax
-    import numpy as np
 
     import jaxident as ji
 
-    fits = ji.estimate(
-        problem,
-        starts=starts,
-        key=jax.random.key(args.seed),
-        max_steps=args.max_steps,
-        integrator=_integrator(problem.model, args.solver_rtol),
-        progress=not args.quiet,
-    )
-    if not np.isfinite(fits.best_nll):
-        raise _UsageError(f"all {starts} fits failed (the model could not be solved).")
-    return fits
+    try:
+        return ji.estimate(
+            problem,
+            starts=starts,
+            key=jax.random.key(args.seed),
+            max_steps=args.max_steps,
+            integrator=_integrator(problem.model, args.solver_rtol),
+            progress=not args.quiet,
+        )
+    except RuntimeError as e:  # every fit failed: the reason, in one line
+        raise _UsageError(
+            " ".join(str(e).replace(" (use throw=False to get the fits)", "").split())
+        ) from None
 
 
 def _analyze_problem(args, problem) -> int:

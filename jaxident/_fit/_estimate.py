@@ -15,6 +15,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
 from .._problem._base import Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
+from .._problem._predict import predict
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
 from .._solve._simulate import Trajectory
@@ -242,6 +243,24 @@ class LeastSquares(eqx.Module):
         )
 
 
+def _every_fit_failed(problem: Problem, fits: MultiStart, integrator) -> str:
+    """Why every fit failed, as far as the first start tells: `ji.predict`'s own error
+    there (a solve that fails, a sigma at or below 0, ...), else that the fits left the
+    region where the model can be solved."""
+    n = fits.nll.shape[0]
+    first = np.asarray(fits.starts)[0]
+    try:
+        predict(problem, first, integrator=integrator)
+    except (RuntimeError, ValueError, eqx.EquinoxRuntimeError) as e:
+        return f"Estimation failed at all {n} starts; at the first: {e}"
+    return (
+        f"Estimation failed at all {n} starts: the model is solved at the first start, "
+        "but no fit found a finite negative log-likelihood near it (the solves fail or "
+        "the outputs are not finite on the way); check the bounds and the integrator's "
+        "max_steps (use throw=False to get the fits)."
+    )
+
+
 @clean_errors
 def estimate(
     model: AbstractModel | Problem,
@@ -346,10 +365,7 @@ def estimate(
                                 max_steps=max_steps, integrator=integrator,
                                 progress=progress, batch=batch, free=free)  # fmt: skip
         if throw and not np.isfinite(fits.best_nll):
-            raise RuntimeError(
-                f"Estimation failed: the model could not be solved at any of the "
-                f"{fits.nll.shape[0]} starts (use throw=False to get the fits)."
-            )
+            raise RuntimeError(_every_fit_failed(problem, fits, integrator))
         return fits
     if batch is not None:
         raise TypeError("batch: for fits from several starts (give starts=...).")

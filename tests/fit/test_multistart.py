@@ -398,3 +398,23 @@ def test_a_fit_never_ends_at_a_negative_sigma(tmp_path):
     negative[-1] = -0.1
     with pytest.raises(ValueError, match="a standard deviation must be positive"):
         ji.predict(problem, negative)
+
+
+def test_when_every_fit_fails_the_reason_is_named(tmp_path, capsys):
+    """Every start with sigma < 0: the error names the cause at the first start (it said
+    "the model could not be solved" whatever the cause, issue 49), and the CLI prints it
+    in one line instead of a traceback."""
+    rows = "".join(f"obs_X\tc0\t1.0\t{t}\tsd\n" for t in np.linspace(0.5, 4.0, 8))
+    measurements = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
+    parameters = (
+        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
+        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\n"
+        "t_on\tlin\t0.1\t3.5\t1.3\t1\nsd\tlin\t-1\t-0.5\t-0.7\t1\n"
+    )
+    path = write_petab(tmp_path, measurements=measurements + rows, parameters=parameters)
+    problem = ji.petab.load(path, estimate_noise=True)
+    with pytest.raises(RuntimeError, match="at the first: .* a standard deviation must be"):
+        ji.estimate(problem, starts=2, progress=False)
+    assert cli.main(["fit", str(path), "--starts", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a standard deviation must be positive" in err, err
