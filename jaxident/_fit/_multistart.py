@@ -365,9 +365,23 @@ class MultiStart(eqx.Module):
 
 
 def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
-    """The starts on the estimation scale, `(N, q)`: `theta0` alone (default nominal);
-    `N` Latin-hypercube draws in the bounds, the first replaced by `theta0` where it is
-    given; or the array given, each row inside the bounds."""
+    """The starts on the estimation scale, `(N, q)`, each inside the bounds: `theta0`
+    alone (default nominal); `N` Latin-hypercube draws in the bounds, the first replaced
+    by `theta0` where it is given; or the array given."""
+    pts = _points(problem, starts, key, theta0)
+    box = problem.parameters
+    outside = (pts < np.asarray(box.lower)) | (pts > np.asarray(box.upper))
+    if outside.any():
+        i = int(np.flatnonzero(outside.any(axis=1))[0])
+        names = [n for n, o in zip(box.names, outside[i]) if o]
+        raise ValueError(
+            f"start {i} lies outside the bounds (on the estimation scales) for {names}: "
+            "a fit runs inside them; move the start in, or widen the bounds."
+        )
+    return pts
+
+
+def _points(problem: Problem, starts, key, theta0) -> np.ndarray:
     q = problem.parameters.p
     if starts is None:
         return np.asarray(check_theta(problem, theta0))[None]
@@ -399,15 +413,6 @@ def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
         raise ValueError(f"starts is an empty (0, {q}) array: give at least one start.")
     if not np.all(np.isfinite(pts)):
         raise ValueError("starts must be finite.")
-    box = problem.parameters
-    outside = (pts < np.asarray(box.lower)) | (pts > np.asarray(box.upper))
-    if outside.any():
-        i = int(np.flatnonzero(outside.any(axis=1))[0])
-        names = [n for n, o in zip(box.names, outside[i]) if o]
-        raise ValueError(
-            f"start {i} lies outside the bounds (on the estimation scales) for {names}: "
-            "a fit runs inside them; move the start in, or widen the bounds."
-        )
     return pts
 
 
