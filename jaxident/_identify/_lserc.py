@@ -133,7 +133,7 @@ def outputs_of(target, times, method, what: str):
     """`(model, outputs)`: what L-SERC differentiates, checked with `method`: a model's
     outputs (at `times`, default its own: `ModelOutputs`), or a problem's measured
     outputs (`ProblemOutputs`); the outputs object carries what the parameter vectors
-    are given for (its `parameters` and `scales`) and the reduced problem or model."""
+    are given for (its `owner`) and the reduced model or problem (`reduction`)."""
     if not isinstance(target, Problem):  # the API edge: a model alone
         check_method(target, method)
         return target, ModelOutputs(target, check_times(target, times))
