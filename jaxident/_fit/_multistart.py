@@ -4,6 +4,7 @@ Hessian (Fisher scoring), then with a secant of the rest of the Hessian added wh
 Fisher scoring alone would stop; it covers noise models with estimated parameters and
 Laplace noise. And the multi-start result with its waterfall plot."""
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -467,19 +468,30 @@ def estimate_problem(
     outs = []
     bar = tqdm(total=len(pts), desc=f"fit {problem.name or 'problem'}",
                disable=not progress or len(pts) < 2)  # fmt: skip
-    for i in range(0, len(pts), size):
-        chunk = pts[i : i + size]
-        if size == 1:
-            outs.append(jax.tree.map(lambda a: a[None], fit_once(
-                problem, chunk[0], free, integrator, max_steps, rtol)))  # fmt: skip
-        else:  # the last chunk padded with its last start: one compilation
-            padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
-            out = fit_batch(problem, padded, free, integrator, max_steps, rtol)
-            outs.append(jax.tree.map(lambda a, n=len(chunk): a[:n], out))
-        bar.update(len(chunk))
-        # (the log-likelihood, as the summary prints it: not the minimised -log L)
-        bar.set_postfix(log_likelihood=f"{-min(float(np.min(o[1])) for o in outs):.6g}")
-    bar.close()
+    try:
+        for i in range(0, len(pts), size):
+            chunk = pts[i : i + size]
+            if size == 1:
+                outs.append(jax.tree.map(lambda a: a[None], fit_once(
+                    problem, chunk[0], free, integrator, max_steps, rtol)))  # fmt: skip
+            else:  # the last chunk padded with its last start: one compilation
+                padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
+                out = fit_batch(problem, padded, free, integrator, max_steps, rtol)
+                outs.append(jax.tree.map(lambda a, n=len(chunk): a[:n], out))
+            bar.update(len(chunk))
+            # (the log-likelihood, as the summary prints it: not the minimised -log L)
+            bar.set_postfix(log_likelihood=f"{-min(float(np.min(o[1])) for o in outs):.6g}")
+    except KeyboardInterrupt:  # Ctrl-C: the fits finished so far, as a stepwise run does
+        if not outs:
+            raise
+        done = sum(o[1].shape[0] for o in outs)
+        warnings.warn(
+            f"Estimation interrupted after {done} of {len(pts)} starts: returning their fits.",
+            stacklevel=3,
+        )
+        pts = pts[:done]
+    finally:
+        bar.close()
     theta, nll, steps, result, at_bound = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
     nll = np.where(np.isfinite(nll), nll, np.inf)
     order = np.argsort(nll, kind="stable")

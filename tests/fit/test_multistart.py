@@ -418,3 +418,31 @@ def test_when_every_fit_fails_the_reason_is_named(tmp_path, capsys):
     assert cli.main(["fit", str(path), "--starts", "2", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a standard deviation must be positive" in err, err
+
+
+def test_ctrl_c_returns_the_fits_finished_so_far(monkeypatch, tmp_path, capsys):
+    """Ctrl-C during `ji.estimate(problem, starts=N)` returned nothing, and `jaxident
+    fit` dropped every finished fit (issue 49): the fits so far come back, with a
+    warning, as a stepwise selection's do."""
+    from jaxident._fit import _multistart
+
+    real, calls = _multistart.fit_once, []
+
+    def interrupted_at_the_third(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(_multistart, "fit_once", interrupted_at_the_third)
+    t, y = decay_data()
+    problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
+    with pytest.warns(UserWarning, match="interrupted after 2 of 5 starts"):
+        fits = ji.estimate(problem, starts=5, progress=False)
+    assert fits.nll.shape == (2,) and np.asarray(fits.starts).shape == (2, 2)
+    assert np.all(np.isfinite(np.asarray(fits.nll)))
+    calls.clear()
+    path = str(write_petab(tmp_path / "p"))
+    with pytest.warns(UserWarning, match="interrupted after 2 of 4 starts"):
+        assert cli.main(["fit", path, "--starts", "4", "--quiet"]) == 0
+    assert "Multi-start estimation: 2 starts" in capsys.readouterr().out
