@@ -317,9 +317,12 @@ def switch_sbml(path, event: bool = False, refill: bool = False):
 
 
 def write_petab(folder, *, measurements=None, parameters=None, observables=None,
-                conditions=None, yaml_extra="", event=False, refill=False):  # fmt: skip
+                conditions=None, yaml_extra="", event=False, refill=False, noise="0.1",
+                extra_parameters=""):  # fmt: skip
     """A PEtab v1 problem around `switch_sbml` in `folder`; each table may be replaced
-    by its text. Returns the path of the YAML file."""
+    by its text, or the default ones changed by `noise` (every measurement's
+    noiseParameters cell) and `extra_parameters` (rows added to the parameter table).
+    Returns the path of the YAML file."""
     import pathlib
 
     folder = pathlib.Path(folder)
@@ -330,12 +333,13 @@ def write_petab(folder, *, measurements=None, parameters=None, observables=None,
     tables = {
         "measurements.tsv": measurements
         or "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
-        + "".join(f"obs_X\tc0\t{v}\t{t}\t0.1\n" for t, v in zip(times, y)),
+        + "".join(f"obs_X\tc0\t{v}\t{t}\t{noise}\n" for t, v in zip(times, y)),
         "parameters.tsv": parameters
         or "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
         "k\tlog10\t0.01\t10\t0.7\t1\n"
         "a\tlog10\t0.01\t10\t2.0\t1\n"
-        "t_on\tlin\t0.1\t3.5\t1.3\t1\n",
+        "t_on\tlin\t0.1\t3.5\t1.3\t1\n"
+        + extra_parameters,
         "observables.tsv": observables
         or "observableId\tobservableFormula\tnoiseFormula\nobs_X\tX\tnoiseParameter1_obs_X\n",
         "conditions.tsv": conditions or "conditionId\tconditionName\nc0\tc0\n",

@@ -378,17 +378,7 @@ def test_a_fit_never_ends_at_a_negative_sigma(tmp_path):
     log(sigma^2) does not see the sign, and 3 of 6 fits ended at sigma < 0 with status
     successful, one ranked best (issue 49). The log-likelihood there is -inf: such a
     start fails, and no fit steps across 0."""
-    rows = "".join(
-        f"obs_X\tc0\t{v}\t{t}\tsd\n"
-        for t, v in zip(np.linspace(0.5, 4.0, 8), [0.9, 1.2, 1.5, 1.3, 0.9, 0.65, 0.45, 0.3])
-    )
-    measurements = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
-    parameters = (
-        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
-        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\n"
-        "t_on\tlin\t0.1\t3.5\t1.3\t1\nsd\tlin\t-1\t1\t0.1\t1\n"
-    )
-    path = write_petab(tmp_path, measurements=measurements + rows, parameters=parameters)
+    path = write_petab(tmp_path, noise="sd", extra_parameters="sd\tlin\t-1\t1\t0.1\t1\n")
     problem = ji.petab.load(path, estimate_noise=True)
     fits = ji.estimate(problem, starts=6, key=jax.random.key(1), progress=False)
     sd = np.asarray(fits.theta)[:, problem.parameters.names.index("sd")]
@@ -405,14 +395,7 @@ def test_when_every_fit_fails_the_reason_is_named(tmp_path, capsys):
     """Every start with sigma < 0: the error names the cause at the first start (it said
     "the model could not be solved" whatever the cause, issue 49), and the CLI prints it
     in one line instead of a traceback."""
-    rows = "".join(f"obs_X\tc0\t1.0\t{t}\tsd\n" for t in np.linspace(0.5, 4.0, 8))
-    measurements = "observableId\tsimulationConditionId\tmeasurement\ttime\tnoiseParameters\n"
-    parameters = (
-        "parameterId\tparameterScale\tlowerBound\tupperBound\tnominalValue\testimate\n"
-        "k\tlog10\t0.01\t10\t0.7\t1\na\tlog10\t0.01\t10\t2.0\t1\n"
-        "t_on\tlin\t0.1\t3.5\t1.3\t1\nsd\tlin\t-1\t-0.5\t-0.7\t1\n"
-    )
-    path = write_petab(tmp_path, measurements=measurements + rows, parameters=parameters)
+    path = write_petab(tmp_path, noise="sd", extra_parameters="sd\tlin\t-1\t-0.5\t-0.7\t1\n")
     problem = ji.petab.load(path, estimate_noise=True)
     with pytest.raises(RuntimeError, match="at the first: .* a standard deviation must be"):
         ji.estimate(problem, starts=2, progress=False)
