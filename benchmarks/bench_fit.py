@@ -19,6 +19,7 @@ stops at 1,000 iterations). pyPESTO's costs are reported in the starts' order.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -65,7 +66,8 @@ print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals, "nll_nominal":
 """
 
 
-def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200):
+def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200,
+                  optimizer=None):  # fmt: skip
     import jax
     import numpy as np
 
@@ -75,11 +77,12 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200):
     starts = np.asarray(
         ji.latin_hypercube(jax.random.key(seed), problem.parameters, n), dtype=float
     )
-    t0 = time.perf_counter()
-    ji.estimate(problem, starts=starts[:1], progress=False)  # compiles the fit kernel
+    t0 = time.perf_counter()  # compiles the fit's kernels (one step is enough)
+    ji.estimate(problem, starts=starts[:1], progress=False, max_steps=1, optimizer=optimizer)
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fits = ji.estimate(problem, starts=starts, progress=False, max_steps=max_steps)
+    fits = ji.estimate(problem, starts=starts, progress=False, max_steps=max_steps,
+                       optimizer=optimizer)  # fmt: skip
     wall = time.perf_counter() - t0
     nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
     out = {
@@ -122,6 +125,9 @@ def main():
     ap.add_argument("--max-steps", type=int, default=200,
                     help="jaxident's step cap per start (fides stops at 1,000)")  # fmt: skip
     ap.add_argument("--cpu", type=int, default=0, help="the core both tools are pinned to")
+    ap.add_argument("--optimizers", nargs="+", default=["lm", "fides"],
+                    help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
+                         "(ji.Fides, 1,000 iterations, as pyPESTO)")  # fmt: skip
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
@@ -133,11 +139,21 @@ def main():
                "max_steps": args.max_steps}  # fmt: skip
     for name in args.problems:
         yaml_path = ji.data.petab_problem(name)
-        problem, starts, jax_row = jaxident_rows(yaml_path, args.starts, args.seed, args.max_steps)
-        peer = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
-        rows = {"jaxident": jax_row, "pypesto": peer}
+        rows = {}
+        for kind in args.optimizers:
+            tool = {"lm": "jaxident", "fides": "jaxident+fides"}[kind]
+            if kind == "fides" and importlib.util.find_spec("fides") is None:
+                rows[tool] = {"skipped": "pip install fides"}
+                continue
+            optimizer = ji.Fides() if kind == "fides" else None
+            steps = 1000 if kind == "fides" else args.max_steps
+            problem, starts, rows[tool] = jaxident_rows(
+                yaml_path, args.starts, args.seed, steps, optimizer
+            )
+        peer = rows["pypesto"] = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
+        nominal = next(r["nll_nominal"] for r in rows.values() if "nll_nominal" in r)
         if "nll" in peer:  # on jaxident's scale (PEtab's likelihood, constants included)
-            shift = jax_row["nll_nominal"] - peer["nll_nominal"]
+            shift = nominal - peer["nll_nominal"]
             peer["nll_shift"] = shift
             peer["nll"] = [v + shift for v in peer["nll"]]
         best = min(float(np.nanmin(r["nll"])) for r in rows.values() if "nll" in r)
@@ -147,17 +163,19 @@ def main():
               f"best negative log-likelihood {best:.4f}")  # fmt: skip
         for tool, r in rows.items():
             if "nll" not in r:
-                print(f"  {tool:<9s} {r['skipped']}")
+                print(f"  {tool:<14s} {r['skipped']}")
                 continue
             setup = r.get("compile_s", r.get("build_s"))
-            print(f"  {tool:<9s} best {r['best_nll']:.4f}, {r['converged']:3d} converged, "
+            print(f"  {tool:<14s} best {r['best_nll']:.4f}, {r['converged']:3d} converged, "
                   f"fits {r['fits_s']:7.1f} s (set-up {setup:.1f} s), "
                   f"{r['converged_per_minute']:6.1f} converged starts per minute")  # fmt: skip
-        a, b = rows["jaxident"], rows["pypesto"]
-        if "converged_per_minute" in b and b["converged_per_minute"] > 0:
-            ratio = a["converged_per_minute"] / b["converged_per_minute"]
-            rows["ratio_converged_per_minute"] = ratio
-            print(f"  jaxident / pyPESTO, converged starts per minute: {ratio:.2f}x")
+        b = rows["pypesto"]
+        for tool in ("jaxident", "jaxident+fides"):
+            a = rows.get(tool, {})
+            if "converged_per_minute" in a and b.get("converged_per_minute", 0) > 0:
+                ratio = a["converged_per_minute"] / b["converged_per_minute"]
+                a["ratio_converged_per_minute"] = ratio
+                print(f"  {tool} / pyPESTO, converged starts per minute: {ratio:.2f}x")
     out = pathlib.Path(__file__).parent / "results" / "fit.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -11,6 +11,11 @@ from . import (
 )
 from ._fit._estimate import Estimate as Estimate, estimate as estimate
 from ._fit._multistart import MultiStart as MultiStart
+from ._fit._optimizers import (
+    AbstractOptimizer as AbstractOptimizer,
+    Fides as Fides,
+    FisherLM as FisherLM,
+)
 from ._fit._profile import Profile as Profile, profile as profile
 from ._fit._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
 from ._identify._css import (

@@ -2,6 +2,7 @@
 file.py:Class`, `jaxident fit problem.yaml --starts N`."""
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -121,13 +122,18 @@ def _fits_in_memory(n: int, flag: str, what: str) -> tuple:
 
 def _check_fit(args, starts: int, flag: str) -> None:
     """The arguments of a multi-start fit, before the problem is loaded."""
-    if args.max_steps is None:
-        args.max_steps = 200
     _require(
         [
             (starts >= 1, f"{flag} must be positive, got {starts}."),
             _fits_in_memory(starts, flag, "starts"),
-            (args.max_steps >= 1, f"--max-steps must be >= 1, got {args.max_steps}."),
+            (
+                args.max_steps is None or args.max_steps >= 1,
+                f"--max-steps must be >= 1, got {args.max_steps}.",
+            ),
+            (
+                args.optimizer != "fides" or importlib.util.find_spec("fides") is not None,
+                "--optimizer fides needs the fides package: pip install 'jaxident[fides]'.",
+            ),
             *_common_checks(args),
         ]
     )
@@ -143,6 +149,10 @@ def _validate(args, p: int) -> None:
         (
             args.max_steps is None or bool(args.fit),
             "--max-steps sets the steps of the fits of --fit; give --fit N too.",
+        ),
+        (
+            args.optimizer is None or bool(args.fit),
+            "--optimizer sets how the fits of --fit step; give --fit N too.",
         ),
         (
             args.free_initial_states is None or bool(args.free_initial_states.strip()),
@@ -182,7 +192,6 @@ def _validate(args, p: int) -> None:
 def _load_model_file(spec: str):
     """`path/to/file.py:ClassName`: the user's own model class, instantiated with its
     defaults (the file is the user's code and runs as such)."""
-    import importlib.util
 
     path, _, cls = spec.rpartition(":")
     if not os.path.isfile(path):
@@ -255,6 +264,7 @@ def _fit(args, problem, starts: int):
             key=jax.random.key(args.seed),
             max_steps=args.max_steps,
             integrator=_integrator(problem.model, args.solver_rtol),
+            optimizer=ji.Fides() if args.optimizer == "fides" else ji.FisherLM(),
             progress=not args.quiet,
         )
     except RuntimeError as e:  # every fit failed: the reason, in one line
@@ -498,6 +508,13 @@ def _sample_summary(args, model, res, values, wall) -> tuple:
     }
 
 
+_OPTIMIZER = (
+    "how each fit steps: lm (default: the compiled Levenberg-Marquardt, fast per start) "
+    "or fides (fides' trust region: slower per start, leaves plateaus where lm stops; "
+    "pip install 'jaxident[fides]')"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxident", description="Parameter identifiability analysis of dynamical models."
@@ -575,8 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: at the nominal values, noise parameters held)",
     )
     a.add_argument(
-        "--max-steps", type=int, default=None, help="steps per fit (with --fit; default 200)"
+        "--max-steps",
+        type=int,
+        default=None,
+        help="steps per fit (with --fit; default 256, with --optimizer fides 1,000)",
     )
+    a.add_argument("--optimizer", choices=("lm", "fides"), default=None, help=_OPTIMIZER)
     a.add_argument(
         "--free-initial-states",
         default=None,
@@ -598,7 +619,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("model", help="a PEtab problem (problem.yaml)")
     f.add_argument("--starts", type=int, default=20, help="number of starts (default 20)")
     f.add_argument("--seed", type=int, default=0, help="seed of the starts")
-    f.add_argument("--max-steps", type=int, default=200, help="steps per fit")
+    f.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="steps per fit (default 256, with --optimizer fides 1,000)",
+    )
+    f.add_argument("--optimizer", choices=("lm", "fides"), default=None, help=_OPTIMIZER)
     f.add_argument("--solver-rtol", type=float, default=1e-8, help="ODE solver rtol")
     f.add_argument("--plot", default=None, help="write the waterfall plot (PNG, PDF, ...)")
     f.add_argument("--json", default=None, help="write every fit as JSON")

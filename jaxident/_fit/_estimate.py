@@ -21,6 +21,7 @@ from .._runtime._context import call_kept, callback_free, clean_errors, is_trace
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._multistart import estimate_problem, MultiStart
+from ._optimizers import AbstractOptimizer, checked_optimizer
 from ._solvers import LevenbergMarquardt, OptaxLD
 
 
@@ -275,10 +276,11 @@ def estimate(
     sigma: ArrayLike | Sequence | float | MeasurementError = 1.0,
     solver: optx.AbstractLeastSquaresSolver | optx.AbstractMinimiser | OptaxLD | None = None,
     bounds: bool | tuple = False,
-    max_steps: int = 256,
+    max_steps: int | None = None,
     integrator: Integrator | None = None,
     throw: bool = True,
     batch: int | None = None,
+    optimizer: AbstractOptimizer | None = None,
 ) -> "Estimate | MultiStart":
     """Least-squares estimation of the model's parameters from measured outputs
     (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24);
@@ -305,7 +307,10 @@ def estimate(
     each fit with its status; `throw` raises only when every fit failed. Of the
     arguments below `theta0`, `free` (the others held at `theta0` in every start: the
     same compiled fit, where `problem.fix` builds a new problem and compiles again),
-    `max_steps` and `integrator` apply.
+    `max_steps` and `integrator` apply. `optimizer`: `ji.FisherLM()` (the compiled fit
+    above, default) or `ji.Fides()` (fides' trust region on the same compiled
+    objective: slower per start, and it leaves the plateaus where the default stops;
+    an optional dependency).
 
     **A model** (the arguments below):
 
@@ -328,7 +333,8 @@ def estimate(
     - `bounds`: `False` (unconstrained, in coordinates scaled by `|theta0|`), `True` (the
       model's bounds) or `(lower, upper)`: enforced by a smooth change of variables, so
       estimates stay inside. Parameters with an infinite bound are left unconstrained.
-    - `max_steps`: iteration cap of the solver.
+    - `max_steps`: iteration cap of the solver (default 256; a problem's: the
+      optimizer's `max_steps`, 256 and fides' 1,000).
     - `throw`: raise when the solve did not converge (default); else see `result`.
 
     **Returns:** an `Estimate` with its status, standard errors and confidence
@@ -344,6 +350,7 @@ def estimate(
     ```
     """
     if isinstance(model, Problem) or starts is not None:
+        optimizer = checked_optimizer(optimizer)
         ignored = [k for k, v in (("solver", solver), ("bounds", bounds))
                    if v is not None and v is not False]  # fmt: skip
         if ignored:
@@ -362,17 +369,22 @@ def estimate(
             data = data.ys if isinstance(data, Trajectory) else data
             problem = Problem.from_model(model, data, times, sigma)
         fits = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
-                                max_steps=max_steps, integrator=integrator,
-                                progress=progress, batch=batch, free=free)  # fmt: skip
+                                max_steps=optimizer.max_steps if max_steps is None else max_steps,
+                                integrator=integrator,
+                                progress=progress, batch=batch, free=free,
+                                optimizer=optimizer)  # fmt: skip
         if throw and not np.isfinite(fits.best_nll):
             raise RuntimeError(_every_fit_failed(problem, fits, integrator))
         return fits
-    if batch is not None:
-        raise TypeError("batch: for fits from several starts (give starts=...).")
+    if batch is not None or optimizer is not None:
+        raise TypeError(
+            "batch and optimizer: for a problem's fits (give starts=...); a model's least "
+            "squares takes solver=."
+        )
     if data is None:
         raise TypeError("Give the data to estimate from.")
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)
-    est = problem.fit(problem.theta0, free, solver, max_steps)
+    est = problem.fit(problem.theta0, free, solver, 256 if max_steps is None else max_steps)
     if throw and is_traced(est):  # under a caller's jit or vmap: checked at run time
         return eqx.error_if(
             est,

@@ -88,18 +88,12 @@ def structured_secant(S, d, y, H):
     return jnp.where(ok & jnp.all(jnp.isfinite(update)), sized + update, S)
 
 
-@eqx.filter_jit
-def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode):
-    """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
-    (the others held at `theta0`: a profile), all in one compiled loop: a trial point
-    costs one plain solve of every experiment, an accepted one a solve with
-    sensitivities (the gradient and Fisher information for the next step). Where the
-    Fisher information alone would stop the fit, it goes on with the Fisher information
-    plus a secant of the rest of the Hessian (`structured_secant`, accumulated from the
-    first step) until it stops again, as fides turns from the Fisher information to
-    BFGS (what it gained on Fujita and Boehm: benchmarks/README.md)."""
-    lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
-    upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
+def _objective(problem, integrator, error_mode):
+    """The function every fit of a problem minimises, as two functions of `theta`: the
+    negative log-likelihood from a plain solve (`inf` where the model cannot be solved
+    or the likelihood is not finite), and `(nll, gradient, Fisher information, good)`
+    from a solve with sensitivities (`gradient_and_fisher`; zeros and `inf` where not
+    `good`)."""
 
     def nll(theta):
         out = predict_kernel(problem, theta, integrator, False, PLAIN_ADJOINT, error_mode)
@@ -113,6 +107,46 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
         good = good & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(H))
         f = jnp.where(good, -out.log_likelihood, jnp.inf)
         return f, jnp.where(good, g, 0.0), jnp.where(good, H, 0.0), good
+
+    return nll, with_derivatives
+
+
+@eqx.filter_jit
+def _nll_kernel(problem, theta, integrator, error_mode):
+    return _objective(problem, integrator, error_mode)[0](theta)
+
+
+@eqx.filter_jit
+def _derivatives_kernel(problem, theta, integrator, error_mode):
+    return _objective(problem, integrator, error_mode)[1](theta)
+
+
+def objective(problem: Problem, theta, integrator, derivatives: bool):
+    """The fit's objective at `theta` from the host, through kept kernels (compiled
+    once per problem): the negative log-likelihood from a plain solve, or, with
+    `derivatives`, `(nll, gradient, Fisher information)` from a solve with
+    sensitivities; NumPy values, `inf` (and zeros) where the model cannot be solved."""
+    kernel = _derivatives_kernel if derivatives else _nll_kernel
+    with callback_free():
+        out = call_kept(kernel, problem, jnp.asarray(theta, float), integrator,
+                        on_error_mode(), device=fit_device())  # fmt: skip
+    out = jax.tree.map(np.asarray, out)
+    return out[:3] if derivatives else out
+
+
+@eqx.filter_jit
+def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode):
+    """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
+    (the others held at `theta0`: a profile), all in one compiled loop: a trial point
+    costs one plain solve of every experiment, an accepted one a solve with
+    sensitivities (the gradient and Fisher information for the next step). Where the
+    Fisher information alone would stop the fit, it goes on with the Fisher information
+    plus a secant of the rest of the Hessian (`structured_secant`, accumulated from the
+    first step) until it stops again, as fides turns from the Fisher information to
+    BFGS (what it gained on Fujita and Boehm: benchmarks/README.md)."""
+    lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
+    upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
+    nll, with_derivatives = _objective(problem, integrator, error_mode)
 
     theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
     f0, g0, H0, good0 = with_derivatives(theta0)
@@ -437,8 +471,8 @@ def estimate_problem(
     starts: int | ArrayLike | Sequence | None = None,
     key=None,
     theta0: ArrayLike | Mapping | Sequence | None = None,
+    optimizer,
     max_steps: int = 200,
-    rtol: float = 1e-8,
     tol: float = 0.1,
     integrator: Integrator | None = None,
     progress: bool = True,
@@ -449,7 +483,8 @@ def estimate_problem(
     scales, in their bounds) from one or many starts: see `ji.estimate`. The parameters
     outside `free` (names or a mask; default all) are held at `theta0` (default
     nominal) in every start drawn, or at their values in starts given as an array: a
-    mask of the same compiled fit, never a new compilation."""
+    mask of the same compiled fit, never a new compilation. `optimizer`: a
+    `ji.FisherLM` or `ji.Fides` (`_optimizers`)."""
     if key is None:
         key = jax.random.key(0)
     pts = _starts(problem, starts, key, theta0)
@@ -472,11 +507,11 @@ def estimate_problem(
         for i in range(0, len(pts), size):
             chunk = pts[i : i + size]
             if size == 1:
-                outs.append(jax.tree.map(lambda a: a[None], fit_once(
-                    problem, chunk[0], free, integrator, max_steps, rtol)))  # fmt: skip
+                out = optimizer.fit(problem, chunk[0], free, integrator, max_steps)
+                outs.append(jax.tree.map(lambda a: np.asarray(a)[None], out))
             else:  # the last chunk padded with its last start: one compilation
                 padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
-                out = fit_batch(problem, padded, free, integrator, max_steps, rtol)
+                out = optimizer.fit_batch(problem, padded, free, integrator, max_steps)
                 outs.append(jax.tree.map(lambda a, n=len(chunk): a[:n], out))
             bar.update(len(chunk))
             # (the log-likelihood, as the summary prints it: not the minimised -log L)

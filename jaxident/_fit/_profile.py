@@ -1,5 +1,5 @@
 """Profile likelihood: hold a parameter on a grid, re-estimate the others by the
-multi-start engine's fit (`_multistart.fit_once`); a model with data is a problem
+multi-start engine's fit (`ji.estimate`'s optimizer); a model with data is a problem
 (`Problem.from_model`)."""
 
 import warnings
@@ -17,7 +17,7 @@ from .._model._checks import check_model, check_theta
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._multistart import fit_once
+from ._optimizers import AbstractOptimizer, checked_optimizer
 
 
 class Profile(eqx.Module):
@@ -82,6 +82,7 @@ def profile(
     integrator: Integrator | None = None,
     max_steps: int = 100,
     progress: bool = True,
+    optimizer: AbstractOptimizer | None = None,
     **legacy_kwargs,
 ) -> "Profile | dict[str, Profile]":
     """The profile likelihood (Raue et al. 2009; Schumann-Bischoff et al. 2016, Figs. 9
@@ -90,7 +91,8 @@ def profile(
     parameters, Laplace noise and observable transformations included; one compilation
     for every value). The walk starts at the value nearest `theta0[name]` (default the
     nominal values; `theta0=fits.best` profiles at a fit) and moves outwards, each fit
-    starting from its neighbour's estimate.
+    starting from its neighbour's estimate. `optimizer`: how each fit steps
+    (`ji.estimate`'s; default `ji.FisherLM()`).
 
     - `problem`: a `ji.Problem`; a model with data becomes one by
       `ji.Problem.from_model(model, data, times, sigma)`.
@@ -115,14 +117,16 @@ def profile(
     elif legacy or legacy_kwargs:
         extra = [f"{len(legacy)} more positional argument(s)"] * bool(legacy)
         raise TypeError(
-            "ji.profile(problem, name, values, *, theta0, integrator, max_steps, progress): "
+            "ji.profile(problem, name, values, *, theta0, integrator, max_steps, progress, "
+            "optimizer): "
             f"a problem holds its data, times and noise; got also "
             f"{', '.join(extra + list(legacy_kwargs))}."
         )
     names = problem.parameters.names if name is None else name
     one = isinstance(names, str)
+    optimizer = checked_optimizer(optimizer)
     out = {
-        n: _profile(problem, n, values, theta0, integrator, max_steps, progress)
+        n: _profile(problem, n, values, theta0, integrator, max_steps, progress, optimizer)
         for n in ([names] if one else names)
     }
     return out[names] if one else out
@@ -188,7 +192,7 @@ def _walk(values, at, guess0, name, progress, fit):
     return est, cost, ok
 
 
-def _profile(problem, name, values, theta0, integrator, max_steps, progress) -> Profile:
+def _profile(problem, name, values, theta0, integrator, max_steps, progress, optimizer):
     """The profile of one parameter (`ji.profile`)."""
     j = problem.parameters.index(name)
     if values is None:
@@ -205,7 +209,7 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress) -> 
     def fit(value, guess):
         start = theta0.copy()
         start[j], start[others] = value, guess
-        theta, nll, _, result, _ = fit_once(problem, start, free, integrator, max_steps, 1e-8)
+        theta, nll, _, result, _ = optimizer.fit(problem, start, free, integrator, max_steps)
         # a point counts where the fit converged or used its steps (its cost is then an
         # upper bound of the profile), not where it stagnated or the model failed
         usable = (result == optx.RESULTS.successful) | (

@@ -112,7 +112,7 @@ def test_starts_side_by_side_are_the_fits_one_by_one():
     for bad in (0, -2, True):
         with pytest.raises(ValueError, match="batch must be a positive number"):
             ji.estimate(problem, starts=starts, progress=False, batch=bad)
-    with pytest.raises(TypeError, match="batch: for fits from several starts"):
+    with pytest.raises(TypeError, match="batch and optimizer: for a problem's fits"):
         ji.estimate(model, y, t, batch=4)
 
 
@@ -408,9 +408,9 @@ def test_ctrl_c_returns_the_fits_finished_so_far(monkeypatch, tmp_path, capsys):
     """Ctrl-C during `ji.estimate(problem, starts=N)` returned nothing, and `jaxident
     fit` dropped every finished fit (issue 49): the fits so far come back, with a
     warning, as a stepwise selection's do."""
-    from jaxident._fit import _multistart
+    from jaxident._fit import _optimizers
 
-    real, calls = _multistart.fit_once, []
+    real, calls = _optimizers.fit_once, []
 
     def interrupted_at_the_third(*args):
         calls.append(1)
@@ -418,7 +418,7 @@ def test_ctrl_c_returns_the_fits_finished_so_far(monkeypatch, tmp_path, capsys):
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(_multistart, "fit_once", interrupted_at_the_third)
+    monkeypatch.setattr(_optimizers, "fit_once", interrupted_at_the_third)
     t, y = decay_data()
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
     with pytest.warns(UserWarning, match="interrupted after 2 of 5 starts"):

@@ -13,14 +13,15 @@ ROOT = pathlib.Path(jaxident.__file__).parent
 
 # (importing module, imported module): each with its reason
 ALLOWED_INSIDE = {
-    # optional dependencies (the `petab` extra) and matplotlib, imported where needed so
-    # that `import jaxident` stays headless and fast
+    # optional dependencies (the `petab` and `fides` extras) and matplotlib, imported where
+    # needed so that `import jaxident` stays headless and fast
     ("jaxident._io._sbml", "libsbml"),
     ("jaxident._io._petab", "petab.v1"),
     ("jaxident._io._petab", "petab.v1.math"),
     ("jaxident._io._petab", "pandas"),
     ("jaxident._io._petab", "yaml"),
     ("jaxident._io._symbolic", "libsbml"),
+    ("jaxident._fit._optimizers", "fides"),
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
 }

@@ -1,0 +1,170 @@
+"""How a problem's fit steps from one start to an estimate: `ji.FisherLM`, the compiled
+bounded Levenberg-Marquardt (the default), or `ji.Fides`, the fides package's trust
+region (Fröhlich and Sorger 2022) driven by the same compiled objective. Each is a
+strategy object: `ji.estimate(problem, starts=..., optimizer=ji.Fides())`."""
+
+import abc
+import logging
+from collections.abc import Mapping
+from typing import ClassVar
+
+import equinox as eqx
+import numpy as np
+import optimistix as optx
+
+from .._problem._base import Problem
+from ._multistart import fit_batch, fit_once, objective
+
+
+_AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
+
+
+def at_bound(theta, lower, upper, free):
+    """Which `free` parameters ended within `_AT_BOUND` of their box's width from a
+    bound (NumPy; the compiled fit's rule)."""
+    width = upper - lower
+    near = (theta - lower <= _AT_BOUND * width) | (upper - theta <= _AT_BOUND * width)
+    return free & near
+
+
+class AbstractOptimizer(eqx.Module):
+    """How `ji.estimate` fits a problem from one start (`fit`), and from several side by
+    side where it can (`fit_batch`). Both return `(theta, nll, steps, result,
+    at_bound)` as NumPy values (a leading axis per start for `fit_batch`): the estimate
+    on the estimation scale, its negative log-likelihood (a plain solve's, `inf` where a
+    fit failed), the steps taken, an `optimistix.RESULTS` and which parameters ended at
+    a bound. `max_steps`: the step cap `ji.estimate` uses where it is given none."""
+
+    max_steps: eqx.AbstractClassVar[int]
+
+    @abc.abstractmethod
+    def fit(self, problem: Problem, theta0, free, integrator, max_steps: int) -> tuple:
+        """The fit of the `free` parameters (a mask) from `theta0`, the others held."""
+
+    def fit_batch(self, problem: Problem, thetas, free, integrator, max_steps: int) -> tuple:
+        raise TypeError(f"{type(self).__name__} fits one start at a time: leave out batch=.")
+
+
+class FisherLM(AbstractOptimizer):
+    """The compiled fit (default): a bounded Levenberg-Marquardt on the negative
+    log-likelihood with the Fisher information as its Hessian (Fisher scoring), which,
+    where it would stop, goes on with a Dennis-Gay-Welsch secant of the rest of the
+    Hessian added until it stops again. One compiled loop per problem (every start and
+    every `free` mask share it), and `batch=` fits starts side by side. `rtol`: the
+    relative decrease of the cost over two steps below which it stops."""
+
+    rtol: float = 1e-8
+    max_steps: ClassVar[int] = 256
+
+    def fit(self, problem, theta0, free, integrator, max_steps):
+        return fit_once(problem, theta0, free, integrator, max_steps, self.rtol)
+
+    def fit_batch(self, problem, thetas, free, integrator, max_steps):
+        return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol)
+
+
+def checked_optimizer(optimizer) -> AbstractOptimizer:
+    """`optimizer`, or the default `FisherLM()` for `None`."""
+    if optimizer is None:
+        return FisherLM()
+    if not isinstance(optimizer, AbstractOptimizer):
+        raise TypeError(
+            f"optimizer must be ji.FisherLM() or ji.Fides(), got {type(optimizer).__name__}."
+        )
+    return optimizer
+
+
+# fides' exit flags as optimistix results
+_EXITS = {
+    "FTOL": optx.RESULTS.successful,
+    "XTOL": optx.RESULTS.successful,
+    "GTOL": optx.RESULTS.successful,
+    "MAXITER": optx.RESULTS.nonlinear_max_steps_reached,
+    "MAXTIME": optx.RESULTS.nonlinear_max_steps_reached,
+    "DELTA_TOO_SMALL": optx.RESULTS.stagnation,
+}
+
+
+def _fides():
+    try:
+        import fides
+    except ImportError:
+        raise ImportError(
+            "ji.Fides drives the fides package, which is not installed: "
+            "pip install 'jaxident[fides]' (or pip install fides)."
+        ) from None
+    return fides
+
+
+def _options(fides, options: Mapping) -> dict:
+    known = [o.value for o in fides.Options]
+    unknown = [k for k in options if str(getattr(k, "value", k)) not in known]
+    if unknown:
+        raise ValueError(f"fides has no options {unknown}; it has {known}.")
+    return {fides.Options(getattr(k, "value", k)): v for k, v in options.items()}
+
+
+class Fides(AbstractOptimizer):
+    """fides' trust-region optimizer (Fröhlich and Sorger 2022, the optimizer pyPESTO
+    uses) driven from the host by the compiled objective: the negative log-likelihood,
+    its gradient and the Fisher information from one solve with sensitivities per
+    evaluation. Steps in a 2-D subspace, reflected at the bounds. `hybrid=True`
+    (default, as pyPESTO): the Fisher information until `switch` iterations pass
+    without a change of the trust radius, then BFGS updates (fides' `HybridFixed`);
+    `False`: the Fisher information throughout. `options`: more of fides' options
+    (`{"fatol": 1e-8}`); its iteration cap is `ji.estimate`'s `max_steps` (default
+    1,000, fides').
+
+    An optional dependency (`pip install 'jaxident[fides]'`). It pays where the
+    compiled fit stops early: on Fujita it reaches the best known optimum (-log L
+    -66.58) from a start where the compiled fit ends on a plateau of 10,011, at about
+    30 times the cost per start (benchmarks/README.md)."""
+
+    hybrid: bool = True
+    switch: int = 20
+    max_steps: ClassVar[int] = 1000  # fides' own iteration cap
+    options: Mapping = eqx.field(default_factory=dict, static=True)
+
+    def __check_init__(self):
+        if isinstance(self.switch, bool) or not isinstance(self.switch, int) or self.switch < 1:
+            raise ValueError(
+                f"switch must be a positive number of iterations, got {self.switch!r}."
+            )
+        if not isinstance(self.options, Mapping):
+            raise TypeError(f"options must be a dict of fides options, got {self.options!r}.")
+
+    def fit(self, problem, theta0, free, integrator, max_steps):
+        fides = _fides()
+        free = np.asarray(free, bool)
+        lower = np.asarray(problem.parameters.lower, float)
+        upper = np.asarray(problem.parameters.upper, float)
+        base = np.array(theta0, dtype=float)
+        base[free] = np.clip(base[free], lower[free], upper[free])
+
+        def full(x):
+            theta = base.copy()
+            theta[free] = x
+            return theta
+
+        def fun(x):
+            f, g, H = objective(problem, full(x), integrator, derivatives=True)
+            return float(f), g[free], H[np.ix_(free, free)]
+
+        options = {fides.Options.MAXITER: int(max_steps), **_options(fides, self.options)}
+        hessian = fides.HybridFixed(switch_iteration=self.switch) if self.hybrid else None
+        opt = fides.Optimizer(fun, ub=upper[free], lb=lower[free], verbose=logging.ERROR,
+                              options=options, hessian_update=hessian)  # fmt: skip
+        try:
+            opt.minimize(base[free])
+        except RuntimeError:  # the objective is not finite at the start
+            failed = optx.RESULTS.nonlinear_divergence
+            return base, np.asarray(np.inf), np.asarray(0), failed, np.zeros_like(free)
+        theta = full(opt.x_min)
+        # the plain solve's cost, as the compiled fit reports (a solve with
+        # sensitivities takes other steps: its cost differs by the discretization)
+        nll = float(objective(problem, theta, integrator, derivatives=False))
+        result = _EXITS.get(opt.exitflag.name, optx.RESULTS.nonlinear_divergence)
+        if not np.isfinite(nll):
+            result = optx.RESULTS.nonlinear_divergence
+        steps = np.asarray(opt.iteration)
+        return theta, np.asarray(nll), steps, result, at_bound(theta, lower, upper, free)
