@@ -10,6 +10,11 @@ from . import (
     plot as plot,
 )
 from ._fit._estimate import Estimate as Estimate, estimate as estimate
+from ._fit._intervals import (
+    End as End,
+    likelihood_intervals as likelihood_intervals,
+    LikelihoodInterval as LikelihoodInterval,
+)
 from ._fit._multistart import MultiStart as MultiStart
 from ._fit._optimizers import (
     AbstractOptimizer as AbstractOptimizer,

@@ -273,6 +273,34 @@ def _fit(args, problem, starts: int):
         ) from None
 
 
+def _flagged_intervals(args, problem, theta, rep) -> list:
+    """The 95% profile-likelihood intervals of the parameters the report flags (not
+    identifiable, undecided or practically non-identifiable) at the best fit, printed;
+    as JSON rows."""
+    import jaxident as ji
+
+    flagged = set(rep.non_identifiable) | set(rep.undecided)
+    flagged |= set(rep.practically_non_identifiable)
+    names = [n for n in problem.parameters.names if n in flagged]
+    if not names:
+        return []
+    found = ji.likelihood_intervals(
+        problem,
+        theta,
+        names,
+        integrator=_integrator(problem.model, args.solver_rtol),
+        optimizer=ji.Fides() if args.optimizer == "fides" else ji.FisherLM(),
+        progress=not args.quiet,
+    )
+    print(
+        "\nProfile-likelihood 95% intervals of the flagged parameters (estimation scales; "
+        "open: the data do not bound it up to its bound):"
+    )
+    for iv in found.values():
+        print(f"  {iv!r}")
+    return [iv.to_dict() for iv in found.values()]
+
+
 def _analyze_problem(args, problem) -> int:
     import jaxident as ji
     from jaxident._runtime._config import answering_once
@@ -310,6 +338,8 @@ def _analyze_problem(args, problem) -> int:
             integrator=_integrator(problem.model, args.solver_rtol),
         )
     print(rep)
+    if args.fit:
+        report["intervals"] = _flagged_intervals(args, problem, theta, rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
     report["at"] = "best fit" if args.fit else "nominal"
     _write(args, {**report, **rep.to_dict()}, lambda: rep.plot())
@@ -588,8 +618,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="a PEtab problem: estimate it from N Latin-hypercube starts first (every "
-        "parameter the file estimates, noise ones included) and analyse at the best fit "
-        "(default: at the nominal values, noise parameters held)",
+        "parameter the file estimates, noise ones included) and analyse at the best fit, "
+        "with the profile-likelihood intervals of every flagged parameter (default: at "
+        "the nominal values, noise parameters held)",
     )
     a.add_argument(
         "--max-steps",

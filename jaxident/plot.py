@@ -222,6 +222,34 @@ def waterfall(fits, ax=None):
     return ax
 
 
+def intervals(found: Mapping, ax=None):
+    """Profile-likelihood intervals (`{label: interval}`, as `ji.likelihood_intervals`
+    returns them): one row per entry,
+    its interval as a bar on the estimation scale and the estimate as a dot; an open end
+    (the profile stays below the threshold up to the bound) drawn as an orange arrow
+    head at the bound, and a failed one as a red cross."""
+    ax = _axes(ax)
+    rows = list(found.values())
+    for i, iv in enumerate(rows):
+        ax.plot([iv.lower, iv.upper], [i, i], "-", color="tab:blue", lw=3, solid_capstyle="butt")
+        ax.plot(iv.estimate, i, "o", color="k", ms=5, zorder=3)
+        for v, end, sign in ((iv.lower, iv.lower_end, -1), (iv.upper, iv.upper_end, 1)):
+            if end.value == "open":  # an arrow head at the bound
+                ax.plot(v, i, ">" if sign > 0 else "<", color="tab:orange", ms=8)
+            elif end.value == "failed":
+                ax.plot(v, i, "x", color="tab:red", ms=8)
+    ax.set_yticks(range(len(rows)), list(found))
+    ax.invert_yaxis()
+    level = rows[0].level if rows else 0.95
+    ax.set_xlabel("estimation scale")
+    ax.set_title(
+        f"{100 * level:g}% profile-likelihood intervals (orange: open, up to the bound)",
+        fontsize="small",
+    )
+    ax.figure.tight_layout()
+    return ax
+
+
 def report(rep, *, title: str | None = None):
     """The figure of a `ji.analyze` report: the singular values of the equilibrated
     sensitivity matrix (the rank marked), and each parameter's marginal standard

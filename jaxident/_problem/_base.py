@@ -472,6 +472,16 @@ class Problem(eqx.Module):
         return tuple(names[: self.n_observables])
 
 
+def check_problem(problem, what: str) -> None:
+    """Refuse anything but a `Problem` for `what`, an entry point that takes only one
+    (a model with data becomes one by `Problem.from_model`)."""
+    if not isinstance(problem, Problem):
+        raise TypeError(
+            f"{what} takes a ji.Problem, got {type(problem).__name__} (a model with data "
+            "becomes one: ji.Problem.from_model(model, data, times, sigma))."
+        )
+
+
 class ModelView(NamedTuple):
     """A one-experiment problem as a model with data (`Problem.as_model`)."""
 

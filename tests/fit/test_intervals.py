@@ -1,0 +1,160 @@
+"""Profile-likelihood intervals (`ji.likelihood_intervals`) against SciPy on a closed
+form: y = exp(-k t) / V, whose profile in k has V in closed form and whose profile in V
+is a one-dimensional fit of k; planted open and at-bound ends; the plot; bad input."""
+
+import json
+
+import matplotlib
+import numpy as np
+import pytest
+import scipy.optimize as so
+import scipy.stats
+from helpers import write_petab
+from models_for_tests import Decay, decay_data
+
+import jaxident as ji
+from jaxident import cli
+
+
+matplotlib.use("Agg")
+SIGMA = 0.01
+
+
+def _problem(bounds=((0.05, 2.0), (0.2, 5.0))):
+    t, y = decay_data()
+    (k0, k1), (v0, v1) = bounds
+    params = ji.Parameters(["k", "V"], [min(0.5, k1), 1.0], [k0, v0], [k1, v1])
+    return t, y, ji.Problem.from_model(Decay(parameters=params), y[:, None], t, SIGMA)
+
+
+def _nll(t, y, k, V):
+    r = (np.exp(-k * t) / V - y) / SIGMA
+    return 0.5 * r @ r + 0.5 * t.size * np.log(2 * np.pi * SIGMA**2)
+
+
+def _profile_k(t, y, k):  # V in closed form: y = w exp(-k t), w = 1/V
+    e = np.exp(-k * t)
+    return _nll(t, y, k, 1.0 / ((e @ y) / (e @ e)))
+
+
+def _profile_V(t, y, V):
+    fit = so.minimize_scalar(lambda k: _nll(t, y, k, V), bounds=(0.05, 2.0), method="bounded",
+                             options={"xatol": 1e-12})  # fmt: skip
+    return fit.fun
+
+
+def _reference(t, y):
+    """The optimum, and each parameter's 95% interval from the closed-form profiles."""
+    x = so.least_squares(lambda p: (np.exp(-p[0] * t) / p[1] - y) / SIGMA, [0.5, 1.0],
+                         xtol=1e-15, ftol=1e-15).x  # fmt: skip
+    best = _nll(t, y, *x)
+    rise = 0.5 * scipy.stats.chi2.ppf(0.95, 1)
+
+    def ends(profile, at, width):
+        g = lambda v: profile(t, y, v) - best - rise
+        return (so.brentq(g, at - width, at, xtol=1e-13),
+                so.brentq(g, at, at + width, xtol=1e-13))  # fmt: skip
+
+    return x, {"k": ends(_profile_k, x[0], 0.1), "V": ends(_profile_V, x[1], 0.5)}
+
+
+def test_intervals_against_the_closed_form_profiles():
+    """Both parameters' 95% intervals: each end within 1e-4 (relative) of SciPy's root
+    of the closed-form profile; the ends are asymmetric about the estimate, as the
+    likelihood is (a Wald interval is not)."""
+    t, y, problem = _problem()
+    x, ref = _reference(t, y)
+    found = ji.likelihood_intervals(problem, x, progress=False)
+    for name in ("k", "V"):
+        iv = found[name]
+        assert iv.lower_end == ji.End.crossed and iv.upper_end == ji.End.crossed and iv.bounded
+        np.testing.assert_allclose([iv.lower, iv.upper], ref[name], rtol=1e-4)
+        assert iv.threshold == pytest.approx(1.920729, abs=1e-6)
+        assert iv.fits < 40
+    below, above = x[1] - found["V"].lower, found["V"].upper - x[1]
+    assert abs(above / below - 1) > 1e-3  # asymmetric
+    assert "95% profile interval" in repr(found["k"])
+    assert found["k"].to_dict()["lower_end"] == "crossed"
+
+
+def test_open_and_at_bound_ends_are_planted():
+    """k's upper bound inside its interval: the upper side is open at the bound (the
+    data do not bound k there); the lower end is still the closed form's. An estimate
+    at its bound ends `at bound` on that side."""
+    t, y = decay_data()
+    x, ref = _reference(t, y)
+    inside = (ref["k"][1] + x[0]) / 2
+    _, _, problem = _problem(bounds=((0.05, inside), (0.2, 5.0)))
+    iv = ji.likelihood_intervals(problem, x, "k", progress=False)["k"]
+    assert iv.upper_end == ji.End.open and iv.upper == inside and not iv.bounded
+    assert iv.lower_end == ji.End.crossed
+    np.testing.assert_allclose(iv.lower, ref["k"][0], rtol=1e-4)
+    at = ji.likelihood_intervals(problem, [inside, x[1]], "k", progress=False)["k"]
+    assert at.upper_end == ji.End.at_bound and at.upper == inside
+    ax = ji.plot.intervals({"k, open": iv, "k at its bound": at})
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["k, open", "k at its bound"]
+
+
+def test_a_point_off_the_optimum_warns():
+    t, y, problem = _problem()
+    x, _ = _reference(t, y)
+    with pytest.warns(UserWarning, match="theta is not the optimum"):
+        ji.likelihood_intervals(problem, [x[0] * 1.05, x[1]], "k", progress=False)
+
+
+def test_bad_input():
+    t, y, problem = _problem()
+    with pytest.raises(TypeError, match="Problem"):  # (the tests' type checks, or ours)
+        ji.likelihood_intervals(Decay(), [0.3, 2.0])
+    with pytest.raises(ValueError, match="level must lie in"):
+        ji.likelihood_intervals(problem, [0.3, 2.0], level=1.5)
+    with pytest.raises(ValueError, match="outside the bounds"):
+        ji.likelihood_intervals(problem, [3.0, 2.0])
+    with pytest.raises(ValueError, match="not a parameter|unknown|Unknown"):
+        ji.likelihood_intervals(problem, [0.3, 2.0], "q")
+
+
+@pytest.mark.slow
+def test_boehm_intervals_against_a_dense_profile():
+    """Boehm_JProteomeRes2014, every parameter estimated (noise ones too), at the fit
+    from the collection's optimum: two parameters' 95% intervals against a dense-grid
+    profile (`ji.profile`, 81 values around each end, its crossing by a cubic spline of
+    the grid), to 1e-3 on the log10 scale."""
+    from scipy.interpolate import CubicSpline
+
+    problem = ji.petab.load(ji.data.petab_problem("boehm"), estimate_noise=True)
+    best = np.asarray(ji.estimate(problem, progress=False).best)
+    found = ji.likelihood_intervals(problem, best, ["k_phos", "Epo_degradation_BaF3"],
+                                    progress=False)  # fmt: skip
+    at_best = -float(ji.predict(problem, best).log_likelihood)
+    for name, iv in found.items():
+        for end, value in (("lower", iv.lower), ("upper", iv.upper)):
+            assert getattr(iv, f"{end}_end") == ji.End.crossed
+            grid = np.linspace(value - 0.02, value + 0.02, 81)
+            prof = ji.profile(problem, name, grid, theta0=best, progress=False)
+            assert prof.ok.all()
+            above = CubicSpline(grid, prof.cost - at_best - iv.threshold)
+            root = so.brentq(above, grid[0], grid[-1])
+            assert abs(root - value) < 1e-3, (name, end, root, value)
+
+
+def test_analyze_fit_prints_the_flagged_intervals(tmp_path, capsys):
+    """`jaxident analyze problem.yaml --fit N`: the profile intervals of every flagged
+    parameter (here every one: `--threshold 1e-9` flags all), as `ji.likelihood_intervals`
+    gives them at the best fit, printed and in the JSON report."""
+    path = str(write_petab(tmp_path / "p"))
+    js = tmp_path / "a.json"
+    argv = ["analyze", path, "--fit", "2", "--threshold", "1e-9", "--json", str(js), "--quiet"]
+    assert cli.main(argv) == 0
+    assert "Profile-likelihood 95% intervals of the flagged parameters" in capsys.readouterr().out
+    report = json.loads(js.read_text())
+    problem = ji.petab.load(path, estimate_noise=True)
+    best = [report["fit"]["best"][n] for n in problem.parameters.names]
+    direct = ji.likelihood_intervals(problem, best, progress=False)
+    assert [r["name"] for r in report["intervals"]] == list(problem.parameters.names)
+    for row in report["intervals"]:
+        np.testing.assert_allclose([row["lower"], row["upper"]],
+                                   [direct[row["name"]].lower, direct[row["name"]].upper],
+                                   rtol=1e-6)  # fmt: skip
+    assert cli.main(["analyze", path, "--fit", "2", "--quiet"]) == 0
+    assert "Profile-likelihood" not in capsys.readouterr().out  # nothing flagged
