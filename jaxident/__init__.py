@@ -11,7 +11,7 @@ from . import (
 )
 from ._fit._estimate import Estimate as Estimate, estimate as estimate
 from ._fit._intervals import (
-    End as End,
+    IntervalEnd as IntervalEnd,
     likelihood_intervals as likelihood_intervals,
     LikelihoodInterval as LikelihoodInterval,
 )

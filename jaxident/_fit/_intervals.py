@@ -22,7 +22,7 @@ from ._multistart import objective
 from ._optimizers import AbstractOptimizer, checked_optimizer
 
 
-class End(Choice):
+class IntervalEnd(Choice):
     """How an interval ends on one side: `crossed` (the profile crosses the threshold
     there), `open` (it stays below the threshold up to the parameter's bound: the end
     is the bound, and the data do not bound the parameter on that side), `at_bound`
@@ -39,7 +39,7 @@ class LikelihoodInterval(eqx.Module):
     """A profile-likelihood confidence interval of one parameter (estimation scale).
 
     **Fields:** `name`, `estimate` (the fit's value), `lower`, `upper` (the ends),
-    `lower_end`, `upper_end` (how each side ends: a `ji.End`), `level`, `threshold`
+    `lower_end`, `upper_end` (how each side ends: a `ji.IntervalEnd`), `level`, `threshold`
     (the rise of -log L at the ends: half the chi-square quantile with one degree of
     freedom), `values` and `cost` (every profile point computed, sorted: the
     negative log-likelihood with the others re-estimated), `fits`.
@@ -49,8 +49,8 @@ class LikelihoodInterval(eqx.Module):
     estimate: float
     lower: float
     upper: float
-    lower_end: End
-    upper_end: End
+    lower_end: IntervalEnd
+    upper_end: IntervalEnd
     level: float
     threshold: float
     values: np.ndarray
@@ -60,7 +60,7 @@ class LikelihoodInterval(eqx.Module):
     @property
     def bounded(self) -> bool:
         """Whether the data bound the parameter on both sides (both ends crossed)."""
-        return self.lower_end == End.crossed and self.upper_end == End.crossed
+        return self.lower_end == IntervalEnd.crossed and self.upper_end == IntervalEnd.crossed
 
     def to_dict(self) -> dict:
         return {
@@ -75,7 +75,7 @@ class LikelihoodInterval(eqx.Module):
 
     def __repr__(self) -> str:
         def end(v, kind):
-            return f"{v:.6g}" + ("" if kind == End.crossed else f" ({kind.value})")
+            return f"{v:.6g}" + ("" if kind == IntervalEnd.crossed else f" ({kind.value})")
 
         return (
             f"{self.name} = {self.estimate:.6g}, {100 * self.level:g}% profile interval "
@@ -112,10 +112,10 @@ class _Side(eqx.Module):
         return est, nll - self.best
 
     def walk(self, direction: int, step: float, bound: float, max_points: int, xtol: float):
-        """The end on this side: `(value, End)`."""
+        """The end on this side: `(value, IntervalEnd)`."""
         v0 = float(self.theta[self.j])
         if (bound - v0) * direction <= 0:
-            return v0, End.at_bound
+            return v0, IntervalEnd.at_bound
         prev_v, prev_r = v0, 0.0
         prev_est = np.delete(self.theta, self.j)
         for _ in range(max_points):
@@ -128,16 +128,16 @@ class _Side(eqx.Module):
                 est, r = self.rise(v, prev_est)
                 tries += 1
             if not np.isfinite(r):
-                return prev_v, End.failed
+                return prev_v, IntervalEnd.failed
             if r >= self.threshold:
-                return self._bracket(prev_v, prev_r, prev_est, v, r, xtol), End.crossed
+                return self._bracket(prev_v, prev_r, prev_est, v, r, xtol), IntervalEnd.crossed
             if v == bound:
-                return bound, End.open
+                return bound, IntervalEnd.open
             # aim the next step at about a third of the threshold's rise
             gained = r - prev_r
             step = step * (2.0 if gained < self.threshold / 6 else 1.0)
             prev_v, prev_r, prev_est = v, r, est
-        return prev_v, End.failed
+        return prev_v, IntervalEnd.failed
 
     def _bracket(self, a, ra, est_a, b, rb, xtol):
         """The crossing of `rise = threshold` between `a` (below) and `b` (above), by

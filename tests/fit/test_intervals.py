@@ -67,7 +67,7 @@ def test_intervals_against_the_closed_form_profiles():
     found = ji.likelihood_intervals(problem, x, progress=False)
     for name in ("k", "V"):
         iv = found[name]
-        assert iv.lower_end == ji.End.crossed and iv.upper_end == ji.End.crossed and iv.bounded
+        assert iv.lower_end == iv.upper_end == ji.IntervalEnd.crossed and iv.bounded
         np.testing.assert_allclose([iv.lower, iv.upper], ref[name], rtol=1e-4)
         assert iv.threshold == pytest.approx(1.920729, abs=1e-6)
         assert iv.fits < 40
@@ -86,11 +86,11 @@ def test_open_and_at_bound_ends_are_planted():
     inside = (ref["k"][1] + x[0]) / 2
     _, _, problem = _problem(bounds=((0.05, inside), (0.2, 5.0)))
     iv = ji.likelihood_intervals(problem, x, "k", progress=False)["k"]
-    assert iv.upper_end == ji.End.open and iv.upper == inside and not iv.bounded
-    assert iv.lower_end == ji.End.crossed
+    assert iv.upper_end == ji.IntervalEnd.open and iv.upper == inside and not iv.bounded
+    assert iv.lower_end == ji.IntervalEnd.crossed
     np.testing.assert_allclose(iv.lower, ref["k"][0], rtol=1e-4)
     at = ji.likelihood_intervals(problem, [inside, x[1]], "k", progress=False)["k"]
-    assert at.upper_end == ji.End.at_bound and at.upper == inside
+    assert at.upper_end == ji.IntervalEnd.at_bound and at.upper == inside
     ax = ji.plot.intervals({"k, open": iv, "k at its bound": at})
     assert [t.get_text() for t in ax.get_yticklabels()] == ["k, open", "k at its bound"]
 
@@ -129,7 +129,7 @@ def test_boehm_intervals_against_a_dense_profile():
     at_best = -float(ji.predict(problem, best).log_likelihood)
     for name, iv in found.items():
         for end, value in (("lower", iv.lower), ("upper", iv.upper)):
-            assert getattr(iv, f"{end}_end") == ji.End.crossed
+            assert getattr(iv, f"{end}_end") == ji.IntervalEnd.crossed
             grid = np.linspace(value - 0.02, value + 0.02, 81)
             prof = ji.profile(problem, name, grid, theta0=best, progress=False)
             assert prof.ok.all()
