@@ -266,7 +266,12 @@ def _fit(args, problem, starts: int):
             integrator=_integrator(problem.model, args.solver_rtol),
             optimizer=ji.Fides() if args.optimizer == "fides" else ji.FisherLM(),
             progress=not args.quiet,
+            out=getattr(args, "out", None),
         )
+    except ValueError as e:  # a kept file of another multi-start, or a damaged one
+        if "out=" not in str(e):
+            raise
+        raise _UsageError(str(e).replace("give another out=", "give another --out")) from None
     except RuntimeError as e:  # every fit failed: the reason, in one line
         raise _UsageError(
             " ".join(str(e).replace(" (use throw=False to get the fits)", "").split())
@@ -660,6 +665,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--solver-rtol", type=float, default=1e-8, help="ODE solver rtol")
     f.add_argument("--plot", default=None, help="write the waterfall plot (PNG, PDF, ...)")
     f.add_argument("--json", default=None, help="write every fit as JSON")
+    f.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="keep every finished fit in FILE (JSON), written after each: the same command "
+        "again resumes an interrupted run",
+    )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_fit)
     return parser
@@ -674,8 +686,9 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         kept = getattr(args, "out", None)
+        what = "fits" if args.func is cmd_fit else "samples"
         where = (
-            f"; finished samples are kept in {kept}: run the same command again to resume"
+            f"; finished {what} are kept in {kept}: run the same command again to resume"
             if kept
             else ""
         )

@@ -1,6 +1,7 @@
 """Least-squares (re-)estimation of model parameters: the one re-estimation engine that
 `ji.profile`, `ji.set_by_set` and `ji.one_by_one` run."""
 
+import os
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -281,6 +282,7 @@ def estimate(
     throw: bool = True,
     batch: int | None = None,
     optimizer: AbstractOptimizer | None = None,
+    out: str | os.PathLike | None = None,
 ) -> "Estimate | MultiStart":
     """Least-squares estimation of the model's parameters from measured outputs
     (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24);
@@ -310,7 +312,10 @@ def estimate(
     `max_steps` and `integrator` apply. `optimizer`: `ji.FisherLM()` (the compiled fit
     above, default) or `ji.Fides()` (fides' trust region on the same compiled
     objective: slower per start, and it leaves the plateaus where the default stops;
-    an optional dependency).
+    an optional dependency). `out`: a JSON file that keeps every finished fit, written
+    after each: the same call again (same problem, starts, `free`, `max_steps`,
+    optimizer and integrator) goes on where an interrupted one stopped; a file of
+    another multi-start is refused.
 
     **A model** (the arguments below):
 
@@ -372,14 +377,14 @@ def estimate(
                                 max_steps=optimizer.max_steps if max_steps is None else max_steps,
                                 integrator=integrator,
                                 progress=progress, batch=batch, free=free,
-                                optimizer=optimizer)  # fmt: skip
+                                optimizer=optimizer, out=out)  # fmt: skip
         if throw and not np.isfinite(fits.best_nll):
             raise RuntimeError(_every_fit_failed(problem, fits, integrator))
         return fits
-    if batch is not None or optimizer is not None:
+    if batch is not None or optimizer is not None or out is not None:
         raise TypeError(
-            "batch and optimizer: for a problem's fits (give starts=...); a model's least "
-            "squares takes solver=."
+            "batch, optimizer and out: for a problem's fits (give starts=...); a model's "
+            "least squares takes solver=."
         )
     if data is None:
         raise TypeError("Give the data to estimate from.")

@@ -4,6 +4,7 @@ Hessian (Fisher scoring), then with a secant of the rest of the Hessian added wh
 Fisher scoring alone would stop; it covers noise models with estimated parameters and
 Laplace noise. And the multi-start result with its waterfall plot."""
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 
@@ -25,6 +26,7 @@ from .._problem._noise import Noise, per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
+from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import more_damping, nielsen
 
 
@@ -478,13 +480,16 @@ def estimate_problem(
     progress: bool = True,
     batch: int | None = None,
     free: Sequence[str] | Sequence[bool] | ArrayLike | None = None,
+    out: str | os.PathLike | None = None,
 ) -> MultiStart:
     """Maximum-likelihood estimation of a problem's parameters (on their estimation
     scales, in their bounds) from one or many starts: see `ji.estimate`. The parameters
     outside `free` (names or a mask; default all) are held at `theta0` (default
     nominal) in every start drawn, or at their values in starts given as an array: a
     mask of the same compiled fit, never a new compilation. `optimizer`: a
-    `ji.FisherLM` or `ji.Fides` (`_optimizers`)."""
+    `ji.FisherLM` or `ji.Fides` (`_optimizers`). `out`: a JSON file that keeps every
+    finished fit (`_kept`): the same call again resumes where an interrupted one
+    stopped."""
     if key is None:
         key = jax.random.key(0)
     pts = _starts(problem, starts, key, theta0)
@@ -500,34 +505,43 @@ def estimate_problem(
     if not bool(np.any(np.isfinite(np.asarray(problem.data)) & np.asarray(problem.observed))):
         raise ValueError(f"{problem.name or 'The problem'} has no data to fit (every datum NaN).")
     size = _batch_size(batch, len(pts))
-    outs = []
-    bar = tqdm(total=len(pts), desc=f"fit {problem.name or 'problem'}",
+    kept = None
+    if out is not None:
+        key = fingerprint(problem, pts, free, max_steps, optimizer, integrator)
+        kept = KeptFits(out, key, len(pts))
+    rows = {} if kept is None else dict(kept.rows)
+    todo = [i for i in range(len(pts)) if i not in rows]
+    bar = tqdm(total=len(pts), initial=len(rows), desc=f"fit {problem.name or 'problem'}",
                disable=not progress or len(pts) < 2)  # fmt: skip
     try:
-        for i in range(0, len(pts), size):
-            chunk = pts[i : i + size]
+        for c in range(0, len(todo), size):
+            idx = todo[c : c + size]
             if size == 1:
-                out = optimizer.fit(problem, chunk[0], free, integrator, max_steps)
-                outs.append(jax.tree.map(lambda a: np.asarray(a)[None], out))
+                fit = optimizer.fit(problem, pts[idx[0]], free, integrator, max_steps)
+                fit = jax.tree.map(lambda a: np.asarray(a)[None], fit)
             else:  # the last chunk padded with its last start: one compilation
-                padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), 0)])
-                out = optimizer.fit_batch(problem, padded, free, integrator, max_steps)
-                outs.append(jax.tree.map(lambda a, n=len(chunk): a[:n], out))
-            bar.update(len(chunk))
+                chunk = pts[idx + [idx[-1]] * (size - len(idx))]
+                fit = optimizer.fit_batch(problem, chunk, free, integrator, max_steps)
+            rows.update({i: row(fit, r) for r, i in enumerate(idx)})
+            if kept is not None:
+                kept.write(rows)
+            bar.update(len(idx))
             # (the log-likelihood, as the summary prints it: not the minimised -log L)
-            bar.set_postfix(log_likelihood=f"{-min(float(np.min(o[1])) for o in outs):.6g}")
+            bar.set_postfix(log_likelihood=f"{-min(r[1] for r in rows.values()):.6g}")
     except KeyboardInterrupt:  # Ctrl-C: the fits finished so far, as a stepwise run does
-        if not outs:
+        if not rows:
             raise
-        done = sum(o[1].shape[0] for o in outs)
+        resume = "" if kept is None else f" ({out} keeps them: the same call goes on)"
         warnings.warn(
-            f"Estimation interrupted after {done} of {len(pts)} starts: returning their fits.",
+            f"Estimation interrupted after {len(rows)} of {len(pts)} starts: returning "
+            f"their fits{resume}.",
             stacklevel=3,
         )
-        pts = pts[:done]
     finally:
         bar.close()
-    theta, nll, steps, result, at_bound = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+    done = sorted(rows)
+    pts = pts[done]
+    theta, nll, steps, result, at_bound = stacked([rows[i] for i in done])
     nll = np.where(np.isfinite(nll), nll, np.inf)
     order = np.argsort(nll, kind="stable")
     theta, nll, steps, result, at_bound = jax.tree.map(

@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 
 from .._runtime._config import compiler_options, version
 from .._runtime._context import no_throw
-from ._sweep_files import arrays_hash, LazyFingerprint, read_parts, ResultFiles, unset
+from .._runtime._files import arrays_hash
+from ._sweep_files import LazyFingerprint, read_parts, ResultFiles, unset
 
 
 class SweepResult(eqx.Module):

@@ -4,12 +4,13 @@ and a damaged or foreign directory is never read as results."""
 
 import hashlib
 import json
-import os
 import pathlib
 import warnings
 
 import filelock
 import numpy as np
+
+from .._runtime._files import write_atomic
 
 
 class LazyFingerprint:
@@ -24,15 +25,6 @@ class LazyFingerprint:
             text = self._lowered.as_text()
             self._value, self._lowered = hashlib.sha256(text.encode()).hexdigest(), None
         return self._value
-
-
-def arrays_hash(leaves) -> str:
-    h = hashlib.sha256()
-    for x in leaves:
-        x = np.ascontiguousarray(x)
-        h.update(f"{x.dtype.str}{x.shape}".encode())
-        h.update(x.tobytes())
-    return h.hexdigest()
 
 
 def _file_name(i: int, count: int) -> str:
@@ -67,26 +59,6 @@ def _chunk_checksum(arrays, start: int, stop: int) -> str:
     for a in arrays:
         h.update(np.ascontiguousarray(a[start:stop]).tobytes())
     return h.hexdigest()
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write, fsync, rename: a reader sees the old file or the new one, never a part."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # pragma: no cover - directories cannot be opened on some systems
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 class ResultFiles:
@@ -213,7 +185,7 @@ class ResultFiles:
             "fingerprint": self.fingerprint,
             "chunks": {str(k): list(v) for k, v in sorted(self.done.items())},
         }
-        _write_atomic(self.state_file, json.dumps(state))
+        write_atomic(self.state_file, json.dumps(state))
 
     def results(self) -> list[np.ndarray]:
         """The result files, mapped read-only."""

@@ -112,7 +112,7 @@ def test_starts_side_by_side_are_the_fits_one_by_one():
     for bad in (0, -2, True):
         with pytest.raises(ValueError, match="batch must be a positive number"):
             ji.estimate(problem, starts=starts, progress=False, batch=bad)
-    with pytest.raises(TypeError, match="batch and optimizer: for a problem's fits"):
+    with pytest.raises(TypeError, match="batch, optimizer and out: for a problem's fits"):
         ji.estimate(model, y, t, batch=4)
 
 
