@@ -38,6 +38,9 @@ def cmd_models(args) -> int:
     for name, desc in ji.models.available().items():
         m = ji.models.load(name)
         print(f"{name:14s} p={m.parameters.p:<3d} {desc}")
+    print("\nPEtab problems shipped with jaxident (measured data; the petab extra), by name:")
+    for full in ji.data.PETAB_PROBLEMS:
+        print(f"{full.split('_')[0].lower():14s} {full}")
     return 0
 
 
@@ -234,14 +237,22 @@ def load_target(name: str, estimate_noise: bool = False):
             raise _UsageError(str(e)) from None
     if ":" in name and name.rpartition(":")[0].endswith(".py"):
         return _load_model_file(name)
+    if name not in ji.models.available():
+        try:  # a shipped PEtab problem by name (boehm, fujita, ...)
+            path = ji.data.petab_problem(name)
+        except ValueError:
+            pass
+        else:
+            return load_target(path, estimate_noise)
     try:
         return ji.models.load(name)
     except ValueError as e:
         if os.path.isdir(name):
             raise _UsageError(folder) from None
+        shipped = ", ".join(f.split("_")[0].lower() for f in ji.data.PETAB_PROBLEMS)
         raise _UsageError(
-            f"{e} Give a built-in name, a PEtab problem (problem.yaml) or a model class "
-            "in a file (my_model.py:MyModel)."
+            f"{e} Give a built-in name, a shipped PEtab problem ({shipped}), a PEtab "
+            "problem (problem.yaml) or a model class in a file (my_model.py:MyModel)."
         ) from None
 
 

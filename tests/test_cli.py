@@ -9,6 +9,17 @@ def test_models_lists(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert "svir" in out and "covid" in out and "alpha_pinene" in out
+    # the shipped PEtab problems too, by the names the commands take (issue 51)
+    assert "boehm          Boehm_JProteomeRes2014" in out and "fujita" in out
+
+
+def test_a_shipped_petab_problem_by_name(tmp_path, capsys):
+    """`jaxident analyze boehm` was "Unknown model 'boehm'" (issue 51): it is the shipped
+    PEtab problem, the same report as from its YAML file."""
+    js = tmp_path / "r.json"
+    assert cli.main(["analyze", "boehm", "--json", str(js), "--quiet"]) == 0
+    assert "Identifiability of Boehm_JProteomeRes2014" in capsys.readouterr().out
+    assert json.loads(js.read_text())["parameters"][0] == "Epo_degradation_BaF3"
 
 
 def test_analyze_with_samples_plot_and_json(tmp_path, capsys):
@@ -50,7 +61,8 @@ def test_analyze_methods(method, capsys):
 
 def test_analyze_errors(capsys):
     assert cli.main(["analyze", "nosuch"]) == 2
-    assert "Unknown model" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Unknown model" in err and "a shipped PEtab problem (boehm, crauste" in err
     assert cli.main(["analyze", "svir", "--k", "9"]) == 2
 
 

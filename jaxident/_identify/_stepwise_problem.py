@@ -13,7 +13,7 @@ import optimistix as optx
 from jaxtyping import Array
 
 from .._fit._estimate import LeastSquares
-from .._fit._multistart import fit_once
+from .._fit._optimizers import FisherLM
 from .._fit._solvers import LevenbergMarquardt
 from .._model._checks import check_theta
 from .._problem._base import from_scale, to_scale, unscale
@@ -307,11 +307,10 @@ class ProblemStepwise(StepwiseProblem):
         held at `theta`, with the stepwise method's `max_steps` (and the `rtol` of a
         `ji.LevenbergMarquardt` solver: the relative decrease of the cost that ends it)."""
         start = to_scale(np.asarray(theta), self.scales)
-        rtol = getattr(self.method.solver, "rtol", 1e-8)
-        theta_new, _, steps, result, _ = fit_once(
-            self.problem, start, np.asarray(mask, bool), self.integrator,
-            self.method.max_steps, rtol,
-        )  # fmt: skip
+        optimizer = FisherLM(rtol=getattr(self.method.solver, "rtol", 1e-8))
+        theta_new, _, steps, result, _ = optimizer.fit(
+            self.problem, start, np.asarray(mask, bool), self.integrator, self.method.max_steps
+        )
         point = self._point(jnp.asarray(from_scale(theta_new, self.scales)))
         capped = bool(result == optx.RESULTS.nonlinear_max_steps_reached)
         done = bool(result == optx.RESULTS.successful)
