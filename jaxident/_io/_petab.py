@@ -89,6 +89,8 @@ def _linted(yaml_path: str, allow_missing: bool):
     if not isinstance(cfg, dict) or "format_version" not in cfg:
         raise ValueError(f"{yaml_path}: not a PEtab problem (no 'format_version' in the YAML).")
     version = str(cfg["format_version"])
+    if version.split(".")[0] == "1" and not re.fullmatch(r"1(\.\d+){0,2}", version):
+        raise ValueError(f"{yaml_path}: format_version {version!r} is not a version number.")
     if version.split(".")[0] != "1":
         raise ValueError(
             f"{yaml_path}: format_version {version}: PEtab v2 is not supported yet; "
@@ -99,6 +101,7 @@ def _linted(yaml_path: str, allow_missing: bool):
     problems = cfg.get("problems", [])
     if len(problems) != 1 or len(problems[0].get("sbml_files", [])) != 1:
         raise ValueError(f"{yaml_path}: exactly one problem with one SBML model is supported.")
+    _check_files(yaml_path, cfg, problems[0])
     try:
         problem = petab.Problem.from_yaml(yaml_path)
     except Exception as e:  # pandas' and petab's errors do not name the file
@@ -115,6 +118,12 @@ def _linted(yaml_path: str, allow_missing: bool):
         absent = [c for c in columns if c not in table.columns]
         if absent:
             raise ValueError(f"{yaml_path}: the {name} table has no column {absent[0]!r}.")
+    if len(problem.measurement_df) == 0:
+        raise ValueError(
+            f"{yaml_path}: the measurement table ({', '.join(spec_files(problems[0]))}) has "
+            "no rows: there is nothing to analyse or fit."
+        )
+    _check_tables(yaml_path, problem.parameter_df, problem.measurement_df)
     meas = problem.measurement_df
     missing = pd.to_numeric(meas["measurement"], errors="coerce").isna()
     if missing.any():
@@ -142,20 +151,61 @@ def _linted(yaml_path: str, allow_missing: bool):
     return problem, problems[0]
 
 
+def check_flags(**flags) -> None:
+    """Refuse a flag that is not a bool (`allow_missing='no'` acted as True)."""
+    for flag, value in flags.items():
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(f"{flag} must be True or False, got {value!r}.")
+
+
+def spec_files(spec: dict) -> list[str]:
+    """The measurement files a YAML problem entry names."""
+    files = spec.get("measurement_files") or []
+    return [files] if isinstance(files, str) else [str(f) for f in files]
+
+
+def _check_files(yaml_path, cfg: dict, spec: dict) -> None:
+    """The files a PEtab v1 YAML must name, before `petab` reads them (it reads a
+    missing one as no table, and fails later without naming it)."""
+    if not cfg.get("parameter_file"):
+        raise ValueError(f"{yaml_path}: the YAML names no parameter_file.")
+    for key in ("measurement_files", "observable_files", "condition_files"):
+        if not spec.get(key):
+            raise ValueError(f"{yaml_path}: the YAML's problem names no {key}.")
+
+
 def _check_tables(yaml_path, par_df, meas_df):
-    """What `petab`'s linter lets through and the import cannot: `estimate` other than
-    0 or 1, and times that are not finite numbers at or after t0 = 0. Errors name the
-    table, the row (as in the file, the header being row 1) and the column."""
+    """What the import cannot take, checked before `petab`'s linter (whose own findings
+    on these are not readable): `estimate` other than 0 or 1, no parameter estimated,
+    a nominal value that is not a number, and times that are not finite numbers at or
+    after t0 = 0. Errors name the table, the row (as in the file, the header being row
+    1) and the column."""
     import pandas as pd
+
+    def row(i):
+        return f"{yaml_path}: the parameter table, row {i + 2} ({par_df.index[i]!r}), column"
 
     est = pd.to_numeric(par_df["estimate"], errors="coerce")
     bad = [(i, v) for i, v in enumerate(par_df["estimate"]) if est.iloc[i] not in (0, 1)]
     if bad:
         i, v = bad[0]
+        raise ValueError(f"{row(i)} 'estimate': {'empty' if _empty(v) else repr(v)}; it "
+                         "must be 0 or 1.")  # fmt: skip
+    if not (est == 1).any():
         raise ValueError(
-            f"{yaml_path}: the parameter table, row {i + 2} ({par_df.index[i]!r}), column "
-            f"'estimate': {v!r}; it must be 0 or 1."
+            f"{yaml_path}: no parameter of the parameter table has estimate = 1: there is "
+            "nothing to analyse or fit."
         )
+    nominal = pd.to_numeric(par_df["nominalValue"], errors="coerce")
+    for i, v in enumerate(par_df["nominalValue"]):
+        if _empty(v):
+            raise ValueError(
+                f"{row(i)} 'nominalValue' is empty: jaxident needs a nominal value for "
+                "every parameter (the point an analysis is made at, and a fit's default "
+                "start)."
+            )
+        if not np.isfinite(nominal.iloc[i]):
+            raise ValueError(f"{row(i)} 'nominalValue': {v!r} is not a finite number.")
     t = pd.to_numeric(meas_df["time"], errors="coerce").to_numpy(float)
     for rows, what in (
         (np.flatnonzero(np.isnan(t)), "is not a number"),
@@ -202,6 +252,7 @@ def load(
     **Raises:** `ValueError` naming an unsupported feature, a formula that does not
     parse, the linter's findings, or the table, row and column of an inconsistency.
     """
+    check_flags(allow_missing=allow_missing, estimate_noise=estimate_noise)
     yaml_path = os.fspath(yaml_path)
     key = _load_key(yaml_path, name, allow_missing, estimate_noise)
     folder = _exported.cache_folder("jaxident-problems")
@@ -300,7 +351,6 @@ def _tables(yaml_path: str, allow_missing: bool) -> _Tables:
     base = os.path.dirname(os.path.abspath(yaml_path))
     linted, spec = _linted(yaml_path, allow_missing)
     meas_df = linted.measurement_df.reset_index(drop=True)
-    _check_tables(yaml_path, linted.parameter_df, meas_df)
     return _Tables(
         linted.parameter_df.reset_index(),
         linted.condition_df.reset_index(),

@@ -286,8 +286,21 @@ _LOG_OBS = (
             },
             "linter.*'c9'",
         ),
-        ({"parameters": _PARS.format(k=2)}, "linter.*0 or 1 but got 2"),
-        ({"parameters": _PARS.format(k=-1)}, "linter.*0 or 1 but got -1"),
+        # (before the linter, whose finding on a text or empty cell was an empty line)
+        ({"parameters": _PARS.format(k=2)}, r"row 2 \('k'\), column 'estimate': 2; it must"),
+        ({"parameters": _PARS.format(k=-1)}, r"column 'estimate': -1; it must be 0 or 1"),
+        ({"parameters": _PARS.format(k="yes")}, r"column 'estimate': 'yes'; it must be 0 or 1"),
+        ({"parameters": _PARS.format(k="")}, r"column 'estimate': empty; it must be 0 or 1"),
+        (
+            {"parameters": _PARS.format(k=0).replace("\t1\n", "\t0\n")},
+            "no parameter .* estimate = 1",
+        ),
+        ({"parameters": _PARS.format(k=1).replace("0.7", "abc")}, "'nominalValue': 'abc' is not a"),
+        ({"parameters": _PARS.format(k=1).replace("0.7", "")}, "'nominalValue' is empty"),
+        ({"measurements": _MEAS}, r"measurement table \(measurements.tsv\) has no rows"),
+        ({"yaml": "format_version: 1.banana\n"}, "'1.banana' is not a version number"),
+        ({"yaml": "format_version: 1\n", "drop": "parameter_file"}, "names no parameter_file"),
+        ({"yaml": "format_version: 1\n", "drop": "measurement_files"}, "no measurement_files"),
         ({"parameters": _PARS.format(k=0.5)}, r"parameter table, row 2 \('k'\).*0 or 1"),
         ({"parameters": _PARS.format(k=1) + "c c\tlin\t0\t1\t0.5\t0\n"}, "linter.*c c"),
         ({"measurements": _MEAS + _ROWS + "obs_X\tc0\tNaN\t3.0\t0.1\n"}, r"rows \[4\].*allow_m"),
@@ -323,15 +336,30 @@ def test_bad_petab_files_are_refused_with_the_reason(tmp_path, tables, match):
 
     tables = dict(tables)
     yaml_text = tables.pop("yaml", None)
+    drop = tables.pop("drop", None)
     empty = {k for k, v in tables.items() if v == ""}
     path = write_petab(tmp_path / "p", **{k: v for k, v in tables.items() if v})
     for k in empty:
         (path.parent / f"{k}.tsv").write_text("")
     if yaml_text is not None:
         text = path.read_text().replace("format_version: 1\n", yaml_text)
+        if drop:
+            text = "\n".join(line for line in text.split("\n") if drop not in line)
         path.write_text(text if yaml_text else "")
     with pytest.raises(ValueError, match=f"(?s){match}"):
         ji.petab.load(path)
+
+
+def test_load_flags_are_booleans(tmp_path):
+    """`allow_missing='no'` acted as True (issue 51)."""
+    from jaxident._io._petab import check_flags
+
+    path = write_petab(tmp_path / "p")
+    for flag in ("allow_missing", "estimate_noise"):
+        with pytest.raises(TypeError, match=flag):  # (the tests' type checks, or ours)
+            ji.petab.load(path, **{flag: "no"})
+        with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'no'"):
+            check_flags(**{flag: "no"})  # what a user without type checks sees
 
 
 def test_a_nominal_value_outside_its_bounds_widens_them(tmp_path):
