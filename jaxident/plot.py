@@ -35,8 +35,9 @@ def singular_values(selection, ax=None, *, title: str | None = None):
 
 
 def selection(selection, ax=None, *, title: str | None = None):
-    """One bar per parameter: `|R_ii|` of the pivoted factor, in selection order,
-    coloured by identifiable / non-identifiable."""
+    """One bar per parameter: `|R_ii|` of the pivoted factor, in selection order, the
+    first `k` in blue and the rest in red (identifiable / non-identifiable where `k` is
+    the numerical rank; selected / not selected where it was chosen by hand)."""
     ax = _axes(ax)
     perm = np.asarray(selection.perm)
     k = int(selection.k)
@@ -51,7 +52,8 @@ def selection(selection, ax=None, *, title: str | None = None):
         np.arange(len(perm)), names, rotation=45 if rot else 0, ha="right" if rot else "center"
     )
     ax.set_ylabel(r"$|R_{ii}|$ (pivoted QR)")
-    ax.set_title(title or f"{type(selection.method).__name__}: {k} of {len(perm)} identifiable")
+    what = "selected (k by hand)" if selection.rank_rule is None else "identifiable"
+    ax.set_title(title or f"{type(selection.method).__name__}: {k} of {len(perm)} {what}")
     return ax
 
 

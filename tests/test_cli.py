@@ -43,7 +43,11 @@ def test_analyze_with_samples_plot_and_json(tmp_path, capsys):
     )
     assert rc == 0
     out = capsys.readouterr().out
-    assert "non-identifiable : alpha" in out
+    # a k chosen by hand decides no identifiability (issue 51): "not selected", and the
+    # report's own selection says it is at the numerical rank
+    assert "not selected     : alpha" in out and "non-identifiable : alpha" not in out
+    assert "k chosen by hand: not a numerical rank" in out
+    assert "(StrongRRQR, k=4, at the numerical rank)" in out
     assert "selected in" in out and "0 failed" in out
     assert "k chosen by hand: k=3: 24" in out and "numerical rank over samples" not in out
     assert png.stat().st_size > 10_000
@@ -56,7 +60,7 @@ def test_analyze_with_samples_plot_and_json(tmp_path, capsys):
 @pytest.mark.parametrize("method", ["b1", "b3", "b4", "qrcp"])
 def test_analyze_methods(method, capsys):
     assert cli.main(["analyze", "sevir", "--method", method, "--k", "4"]) == 0
-    assert "non-identifiable : alpha" in capsys.readouterr().out
+    assert "not selected     : alpha" in capsys.readouterr().out
 
 
 def test_analyze_errors(capsys):

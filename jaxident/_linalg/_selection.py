@@ -169,12 +169,16 @@ class Selection(eqx.Module):
             return f"Selection(batch of {self.perm.shape[0]}, p={self.perm.shape[-1]})"
         d = self.to_dict()
         s = np.asarray(self.singular_values)
+        # a k chosen by hand is a subset size, not a rank: it decides no identifiability
+        hand = self.rank_rule is None
+        kept, left = ("selected", "not selected") if hand else ("identifiable", "non-identifiable")
         lines = [
             f"Selection by {type(self.method).__name__} ({d['method']}), S of shape {self.shape}",
             f"  rank rule : {d['rank_rule']}",
-            f"  k         : {d['k']} of {len(self.names)} identifiable",
-            f"  identifiable     : {', '.join(d['identifiable']) or '(none)'}",
-            f"  non-identifiable : {', '.join(d['non_identifiable']) or '(none)'}",
+            f"  k         : {d['k']} of {len(self.names)} "
+            + ("selected (k chosen by hand: not a numerical rank)" if hand else "identifiable"),
+            f"  {kept:<16} : {', '.join(d['identifiable']) or '(none)'}",
+            f"  {left:<16} : {', '.join(d['non_identifiable']) or '(none)'}",
             *[f"    {g}" for g in self.groups],
             *(
                 [f"    no effect on the outputs: {', '.join(self.no_effect)}"]

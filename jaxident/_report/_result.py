@@ -278,9 +278,10 @@ class Report(eqx.Module):
         def fmt(v):
             return "n/a" if v is None else f"{v:.3g}"
 
+        how = "k chosen by hand" if self.selection.rank_rule is None else "at the numerical rank"
         lines.append(
             f"  column subset selection ({type(self.selection.method).__name__}, "
-            f"k={sel['k']}): " + ", ".join(sel["identifiable"])
+            f"k={sel['k']}, {how}): " + ", ".join(sel["identifiable"])
         )
         for g in self.selection.groups:
             lines.append(f"    {g}")

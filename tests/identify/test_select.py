@@ -60,7 +60,8 @@ def test_selection_api_and_report():
     assert d["k"] == 3 and d["non_identifiable"] == ["alpha"] and d["status"] == "successful"
     assert d["rank_rule"] == "k given by the caller"
     text = repr(sel)
-    assert "non-identifiable : alpha" in text and "gamma1" in text
+    assert "not selected     : alpha" in text and "gamma1" in text
+    assert "non-identifiable" not in text and "not a numerical rank" in text
     full = ji.select_parameters(sens)
     assert int(full.k) == 4 and "eps" in full.to_dict()["rank_rule"]
     assert "k = p" in repr(full)
@@ -125,6 +126,6 @@ def test_results_have_repr_and_to_dict():
         assert type(r).__name__ in repr(r)
         json.dumps(r.to_dict())
     # one driver, one result: the matrix route names the rejected column theta1 (alpha)
-    assert "non-identifiable : theta1" in repr(results[3])
+    assert "not selected     : theta1" in repr(results[3])
     assert results[2].non_identifiable == ("alpha",)
     np.testing.assert_array_equal(results[3].perm, results[2].perm)
