@@ -259,9 +259,15 @@ def load(
     file = None if key is None or folder is None else folder / f"{key}.pickle"
     if file is not None and file.exists():
         try:
-            problem, caught = pickle.loads(file.read_bytes())
-        except Exception:  # a damaged or foreign entry: load anew
-            pass
+            kept_key, problem, caught = pickle.loads(file.read_bytes())
+            if kept_key != key:
+                raise ValueError("an entry of another problem")
+        except Exception as e:  # a damaged or foreign entry: load anew, and say so
+            warnings.warn(
+                f"The kept copy of {yaml_path} ({file}) is damaged or belongs to another "
+                f"problem ({type(e).__name__}: {e}); it is loaded anew.",
+                stacklevel=2,
+            )
         else:
             for text, category in caught:
                 warnings.warn(text, category, stacklevel=2)
@@ -273,7 +279,7 @@ def load(
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if file is not None:
         said = [(str(w.message), w.category) for w in caught]
-        _exported.write_atomic(file, pickle.dumps((problem, said)))
+        _exported.write_atomic(file, pickle.dumps((key, problem, said)))
     return problem
 
 

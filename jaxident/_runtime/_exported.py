@@ -31,6 +31,7 @@ import pickle
 import sys
 import tempfile
 import types
+import warnings
 
 import equinox as eqx
 import jax
@@ -336,25 +337,40 @@ def _store(folder: pathlib.Path, key: str, found) -> None:
     `jax.export` refuses (so that no later process tries again)."""
     try:
         if found is None:
-            blob = pickle.dumps(None)
+            blob = pickle.dumps((key, None, None, None))
         else:
             exported, skeleton = found
-            blob = pickle.dumps((bytes(exported.serialize()), skeleton))
+            serialized = bytes(exported.serialize())
+            digest = hashlib.sha256(serialized).hexdigest()
+            blob = pickle.dumps((key, digest, serialized, skeleton))
     except Exception:  # an unpicklable output: memory only
         return
     write_atomic(folder / f"{key}.jaxexport", blob)
 
 
 def _load(folder: pathlib.Path, key: str):
-    """`(exported, skeleton)`, `False` for a kernel marked as refused, or `None`."""
+    """`(exported, skeleton)`, `False` for a kernel marked as refused, or `None` (absent;
+    or damaged, or another key's entry: said in a warning, and exported anew)."""
     path = folder / f"{key}.jaxexport"
     try:
-        found = pickle.loads(path.read_bytes())
-        if found is None:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        kept_key, digest, serialized, skeleton = pickle.loads(blob)
+        if kept_key != key:
+            raise ValueError("the entry of another kernel")
+        if digest is None:
             return False
-        serialized, skeleton = found
+        if hashlib.sha256(serialized).hexdigest() != digest:
+            raise ValueError("its checksum does not match")
         return jax.export.deserialize(bytearray(serialized)), skeleton
-    except Exception:  # absent, half-written, or from another version
+    except Exception as e:  # damaged, swapped, or from another version
+        warnings.warn(
+            f"The kept compiled kernel {path} is damaged or belongs to another kernel "
+            f"({type(e).__name__}: {e}); it is compiled anew and replaced.",
+            stacklevel=2,
+        )
         return None
 
 

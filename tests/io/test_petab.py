@@ -720,3 +720,26 @@ def test_a_loaded_problem_is_kept_for_the_next_process(tmp_path, monkeypatch):
     (path.parent / "measurements.tsv").write_text(meas.replace("1.2\t1.0", "1.3\t1.0"))
     changed = ji.petab.load(path, allow_missing=True)
     assert float(np.nanmax(np.asarray(changed.data))) == 1.3
+
+
+def test_a_swapped_or_damaged_kept_problem_is_loaded_anew(tmp_path, monkeypatch):
+    """Two kept problems' files swapped made one YAML load the other's data (the entries
+    were not checked against their key; issue 51); a damaged one was reloaded without
+    a word. Both are loaded anew with a warning naming the file."""
+    monkeypatch.setattr(exported, "cache_folder", lambda name: tmp_path / "cache" / name)
+    kept = tmp_path / "cache" / "jaxident-problems"
+    one = write_petab(tmp_path / "one")
+    two = write_petab(tmp_path / "two", measurements=_MEAS + _ROWS.replace("1.2", "1.7"))
+    ji.petab.load(one)
+    (a,) = kept.iterdir()
+    ji.petab.load(two)
+    (b,) = set(kept.iterdir()) - {a}
+    blob_a, blob_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(blob_b)
+    b.write_bytes(blob_a)
+    with pytest.warns(UserWarning, match="belongs to another problem.*loaded anew"):
+        again = ji.petab.load(one)
+    assert float(np.nanmax(np.asarray(again.data))) == 1.5  # its own data, not two's (1.7)
+    a.write_bytes(blob_a[: len(blob_a) // 2])
+    with pytest.warns(UserWarning, match="is damaged"):
+        assert float(np.nanmax(np.asarray(ji.petab.load(one).data))) == 1.5

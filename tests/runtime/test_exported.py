@@ -324,3 +324,41 @@ def test_the_key_reads_the_source_of_every_layer():
 def test_without_a_cache_folder_there_is_nothing_to_keep():
     # the suite runs with JAXIDENT_CACHE=0 (see conftest.py): kernels are called as they are
     assert os.environ.get("JAXIDENT_CACHE") == "0" and _exported._folder() is None
+
+
+def test_a_damaged_or_swapped_kept_kernel_is_compiled_anew(tmp_path, monkeypatch):
+    """64 bytes flipped in a kept kernel made every later process fail with "Failed to
+    deserialize StableHLO", naming no file (issue 51); an entry renamed to another
+    kernel's key was read as that kernel. Both are compiled anew with a warning naming
+    the file, and the result is right."""
+
+    @eqx.filter_jit
+    def double(x):
+        return x * 2.0
+
+    @eqx.filter_jit
+    def triple(x):
+        return x * 3.0
+
+    monkeypatch.setattr(_exported, "_folder", lambda: tmp_path)
+    monkeypatch.setattr(_exported, "_MEMORY", {})
+    _exported.call(double, jnp.ones(3))
+    (path,) = tmp_path.glob("*.jaxexport")
+    blob = bytearray(path.read_bytes())
+    middle = len(blob) // 2
+    blob[middle : middle + 64] = bytes(b ^ 0xFF for b in blob[middle : middle + 64])
+    path.write_bytes(bytes(blob))
+    monkeypatch.setattr(_exported, "_MEMORY", {})  # as a second process
+    with pytest.warns(UserWarning, match=f"kept compiled kernel {path} is damaged"):
+        out = _exported.call(double, jnp.ones(3))
+    np.testing.assert_array_equal(np.asarray(out), 2.0 * np.ones(3))
+    monkeypatch.setattr(_exported, "_MEMORY", {})
+    np.testing.assert_array_equal(np.asarray(_exported.call(double, jnp.ones(3))), 2.0)
+    # triple's entry put where double's is looked for
+    _exported.call(triple, jnp.ones(3))
+    (other,) = set(tmp_path.glob("*.jaxexport")) - {path}
+    path.write_bytes(other.read_bytes())
+    monkeypatch.setattr(_exported, "_MEMORY", {})
+    with pytest.warns(UserWarning, match="belongs to another kernel"):
+        out = _exported.call(double, jnp.ones(3))
+    np.testing.assert_array_equal(np.asarray(out), 2.0 * np.ones(3))
