@@ -39,9 +39,17 @@ def cmd_models(args) -> int:
         m = ji.models.load(name)
         print(f"{name:14s} p={m.parameters.p:<3d} {desc}")
     print("\nPEtab problems shipped with jaxident (measured data; the petab extra), by name:")
-    for full in ji.data.PETAB_PROBLEMS:
-        print(f"{full.split('_')[0].lower():14s} {full}")
+    for short, full in _shipped().items():
+        print(f"{short:14s} {full}")
     return 0
+
+
+def _shipped() -> dict[str, str]:
+    """The shipped PEtab problems by the names the commands take: `{"boehm":
+    "Boehm_JProteomeRes2014", ...}` (`ji.data.petab_problem`'s short names)."""
+    import jaxident as ji
+
+    return {full.split("_")[0].lower(): full for full in ji.data.PETAB_PROBLEMS}
 
 
 class _UsageError(Exception):
@@ -249,7 +257,7 @@ def load_target(name: str, estimate_noise: bool = False):
     except ValueError as e:
         if os.path.isdir(name):
             raise _UsageError(folder) from None
-        shipped = ", ".join(f.split("_")[0].lower() for f in ji.data.PETAB_PROBLEMS)
+        shipped = ", ".join(_shipped())
         raise _UsageError(
             f"{e} Give a built-in name, a shipped PEtab problem ({shipped}), a PEtab "
             "problem (problem.yaml) or a model class in a file (my_model.py:MyModel)."
@@ -261,6 +269,13 @@ def _integrator(model, rtol: float):
     import jaxident as ji
 
     return ji.Integrator(model.integrator.solver, rtol=rtol, atol=rtol * 1e-2)
+
+
+def _optimizer(args):
+    """`--optimizer` as the optimizer object (the CLI's strings stop here)."""
+    import jaxident as ji
+
+    return ji.Fides() if args.optimizer == "fides" else ji.FisherLM()
 
 
 def _fit(args, problem, starts: int):
@@ -275,7 +290,7 @@ def _fit(args, problem, starts: int):
             key=jax.random.key(args.seed),
             max_steps=args.max_steps,
             integrator=_integrator(problem.model, args.solver_rtol),
-            optimizer=ji.Fides() if args.optimizer == "fides" else ji.FisherLM(),
+            optimizer=_optimizer(args),
             progress=not args.quiet,
             out=getattr(args, "out", None),
         )
@@ -305,7 +320,7 @@ def _flagged_intervals(args, problem, theta, rep) -> list:
         theta,
         names,
         integrator=_integrator(problem.model, args.solver_rtol),
-        optimizer=ji.Fides() if args.optimizer == "fides" else ji.FisherLM(),
+        optimizer=_optimizer(args),
         progress=not args.quiet,
     )
     print(
@@ -554,11 +569,23 @@ def _sample_summary(args, model, res, values, wall) -> tuple:
     }
 
 
-_OPTIMIZER = (
-    "how each fit steps: lm (default: the compiled Levenberg-Marquardt, fast per start) "
-    "or fides (fides' trust region: slower per start, leaves plateaus where lm stops; "
-    "pip install 'jaxident[fides]')"
-)
+def _fit_flags(parser, when: str) -> None:
+    """`--max-steps` and `--optimizer`, the flags of a multi-start fit (`when`: where
+    they apply)."""
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help=f"steps per fit ({when}default 256, with --optimizer fides 1,000)",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=("lm", "fides"),
+        default=None,
+        help="how each fit steps: lm (default: the compiled Levenberg-Marquardt, fast per "
+        "start) or fides (fides' trust region: slower per start, leaves plateaus where lm "
+        "stops; pip install 'jaxident[fides]')",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -638,13 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with the profile-likelihood intervals of every flagged parameter (default: at "
         "the nominal values, noise parameters held)",
     )
-    a.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help="steps per fit (with --fit; default 256, with --optimizer fides 1,000)",
-    )
-    a.add_argument("--optimizer", choices=("lm", "fides"), default=None, help=_OPTIMIZER)
+    _fit_flags(a, "with --fit; ")
     a.add_argument(
         "--free-initial-states",
         default=None,
@@ -666,13 +687,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("model", help="a PEtab problem (problem.yaml)")
     f.add_argument("--starts", type=int, default=20, help="number of starts (default 20)")
     f.add_argument("--seed", type=int, default=0, help="seed of the starts")
-    f.add_argument(
-        "--max-steps",
-        type=int,
-        default=None,
-        help="steps per fit (default 256, with --optimizer fides 1,000)",
-    )
-    f.add_argument("--optimizer", choices=("lm", "fides"), default=None, help=_OPTIMIZER)
+    _fit_flags(f, "")
     f.add_argument("--solver-rtol", type=float, default=1e-8, help="ODE solver rtol")
     f.add_argument("--plot", default=None, help="write the waterfall plot (PNG, PDF, ...)")
     f.add_argument("--json", default=None, help="write every fit as JSON")

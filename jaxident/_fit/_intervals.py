@@ -83,14 +83,19 @@ class LikelihoodInterval(eqx.Module):
         )
 
 
-def _first_step(problem, theta, j, integrator, width) -> float:
-    """A step of about one Wald standard deviation (the Fisher information's), kept
-    between 1e-3 and 0.1 of the box's width."""
+def _wald_variances(problem, theta, integrator) -> np.ndarray:
+    """Each parameter's variance from the Fisher information at `theta` (NaN where it
+    cannot be had), computed once for every interval."""
     _, _, H = objective(problem, theta, integrator, derivatives=True)
     try:
-        var = float(np.linalg.pinv(H)[j, j])
+        return np.diag(np.linalg.pinv(H))
     except np.linalg.LinAlgError:
-        var = np.nan
+        return np.full(theta.shape, np.nan)
+
+
+def _first_step(var: float, width: float) -> float:
+    """A step of about one Wald standard deviation (`var` the variance), kept between
+    1e-3 and 0.1 of the box's width."""
     std = np.sqrt(var) if np.isfinite(var) and var > 0 else 0.1 * width
     return float(np.clip(std, 1e-3 * width, 0.1 * width))
 
@@ -98,7 +103,6 @@ def _first_step(problem, theta, j, integrator, width) -> float:
 class _Side(eqx.Module):
     """The walk to one side: `fit(value, guess) -> (estimates of the others, nll)`."""
 
-    problem: Problem
     theta: np.ndarray
     j: int
     best: float
@@ -227,29 +231,29 @@ def likelihood_intervals(
     if not np.isfinite(best):
         raise ValueError("The model cannot be solved at theta: give the fit's estimate.")
     threshold = 0.5 * float(scipy.stats.chi2.ppf(level, 1))
+    var = _wald_variances(problem, theta, integrator)
     out = {}
     for j in tqdm(idx, desc="profile intervals", disable=not progress or len(idx) < 2):
-        out[box.names[j]] = _interval(problem, theta, j, best, threshold, level, optimizer,
-                                      integrator, max_steps, max_points, xtol)  # fmt: skip
+        out[box.names[j]] = _interval(problem, theta, j, var[j], best, threshold, level,
+                                      optimizer, integrator, max_steps, max_points,
+                                      xtol)  # fmt: skip
     return out
 
 
-def _interval(problem, theta, j, best, threshold, level, optimizer, integrator, max_steps,
-              max_points, xtol) -> LikelihoodInterval:  # fmt: skip
+def _interval(problem, theta, j, var, best, threshold, level, optimizer, integrator,
+              max_steps, max_points, xtol) -> LikelihoodInterval:  # fmt: skip
     box = problem.parameters
     lo, up = float(box.lower[j]), float(box.upper[j])
     free = np.arange(box.p) != j
 
-    def fit(value, guess):
+    def fit(value, guess):  # (each optimizer clips the start into the bounds)
         start = theta.copy()
         start[j], start[free] = value, guess
-        start[free] = np.clip(start[free], np.asarray(box.lower)[free],
-                              np.asarray(box.upper)[free])  # fmt: skip
         est, nll, _, _, _ = optimizer.fit(problem, start, free, integrator, max_steps)
         return np.asarray(est)[free], float(nll)
 
-    side = _Side(problem, theta, j, best, threshold, fit, [(float(theta[j]), best)])
-    step = _first_step(problem, theta, j, integrator, up - lo)
+    side = _Side(theta, j, best, threshold, fit, [(float(theta[j]), best)])
+    step = _first_step(var, up - lo)
     a, a_end = side.walk(-1, step, lo, max_points, xtol)
     b, b_end = side.walk(+1, step, up, max_points, xtol)
     values, cost = map(np.asarray, zip(*sorted(side.points)))

@@ -90,6 +90,17 @@ def structured_secant(S, d, y, H):
     return jnp.where(ok & jnp.all(jnp.isfinite(update)), sized + update, S)
 
 
+_AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
+
+
+def at_bound(theta, lower, upper, free):
+    """Which `free` parameters ended within `_AT_BOUND` of their box's width from a
+    bound (every optimizer's rule; NumPy or JAX arrays)."""
+    width = upper - lower
+    near = (theta - lower <= _AT_BOUND * width) | (upper - theta <= _AT_BOUND * width)
+    return free & near
+
+
 def _objective(problem, integrator, error_mode):
     """The function every fit of a problem minimises, as two functions of `theta`: the
     negative log-likelihood from a plain solve (`inf` where the model cannot be solved
@@ -266,9 +277,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
             ),
         ),
     )
-    width = upper - lower
-    at_bound = free & ((s.theta - lower <= 1e-3 * width) | (upper - s.theta <= 1e-3 * width))
-    return s.theta, s.nll, s.steps, result, at_bound
+    return s.theta, s.nll, s.steps, result, at_bound(s.theta, lower, upper, free)
 
 
 @eqx.filter_jit

@@ -13,18 +13,7 @@ import numpy as np
 import optimistix as optx
 
 from .._problem._base import Problem
-from ._multistart import fit_batch, fit_once, objective
-
-
-_AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
-
-
-def at_bound(theta, lower, upper, free):
-    """Which `free` parameters ended within `_AT_BOUND` of their box's width from a
-    bound (NumPy; the compiled fit's rule)."""
-    width = upper - lower
-    near = (theta - lower <= _AT_BOUND * width) | (upper - theta <= _AT_BOUND * width)
-    return free & near
+from ._multistart import at_bound, fit_batch, fit_once, objective
 
 
 class AbstractOptimizer(eqx.Module):
