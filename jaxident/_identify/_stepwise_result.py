@@ -14,6 +14,7 @@ from jaxtyping import Array, Float
 
 from .._linalg._misc import svdvals
 from .._problem._measurements import MeasurementError, near_bound
+from .._runtime._files import write_atomic
 
 
 def worst_case_evaluations(n: int) -> dict[str, int]:
@@ -244,10 +245,7 @@ def save_checkpoint(path, problem, procedure, order, theta, cost0, history):
         "cost0": float(cost0),
         "history": [e._asdict() for e in history],
     }
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(state))
 
 
 def resume_state(resume, problem, procedure) -> Saved:

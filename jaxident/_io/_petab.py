@@ -279,7 +279,7 @@ def load(
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if file is not None:
         said = [(str(w.message), w.category) for w in caught]
-        _exported.write_atomic(file, pickle.dumps((key, problem, said)))
+        _exported.write_kept(file, pickle.dumps((key, problem, said)))
     return problem
 
 

@@ -25,11 +25,9 @@ import enum
 import functools
 import hashlib
 import importlib.metadata
-import os
 import pathlib
 import pickle
 import sys
-import tempfile
 import types
 import warnings
 
@@ -40,6 +38,7 @@ import numpy as np
 
 from ._config import compiler_options
 from ._equinox import on_error_mode
+from ._files import write_atomic
 
 
 _LIBRARIES = frozenset(
@@ -245,16 +244,13 @@ def _folder() -> pathlib.Path | None:
     return cache_folder("jaxident-exported")
 
 
-def write_atomic(path: pathlib.Path, blob: bytes) -> None:
-    """`blob` into `path` (a temporary file, then `os.replace`: a reader never sees half
-    of it), keeping at most `_MAX_FILES` files of its kind in its folder, the oldest
-    going first; where the folder cannot be written, nothing."""
+def write_kept(path: pathlib.Path, blob: bytes) -> None:
+    """`blob` into `path`, atomically (`_files.write_atomic`), keeping at most
+    `_MAX_FILES` files of its kind in its folder, the oldest going first; where the
+    folder cannot be written, nothing."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)
+        write_atomic(path, blob)
         files = sorted(path.parent.glob(f"*{path.suffix}"), key=lambda p: p.stat().st_mtime)
         for old in files[:-_MAX_FILES]:
             old.unlink(missing_ok=True)
@@ -345,7 +341,7 @@ def _store(folder: pathlib.Path, key: str, found) -> None:
             blob = pickle.dumps((key, digest, serialized, skeleton))
     except Exception:  # an unpicklable output: memory only
         return
-    write_atomic(folder / f"{key}.jaxexport", blob)
+    write_kept(folder / f"{key}.jaxexport", blob)
 
 
 def _load(folder: pathlib.Path, key: str):
