@@ -390,6 +390,57 @@ def test_a_failed_solve_of_a_problem_says_why_and_where():
         ji.Problem(_Decay(), ji.Experiment([-1.0, 1.0], name="e"))
 
 
+class _Repel(_Decay):
+    """`x' = k x` from `x0`: with `k > 0` its one fixed point, 0, repels."""
+
+    def vector_field(self, t, x, theta):
+        return theta.k * x
+
+
+@pytest.mark.parametrize("k", [1e-9, 0.3])
+def test_a_repelling_fixed_point_is_no_steady_state(k):
+    """`x' = k x`, `x(0) = 2`, `k > 0`: pre-equilibration and a measurement at t = inf
+    returned x = 0 without a word where `k < rtol` (issue 51): the steady-state event
+    fired at t0 since |f| < rtol |x|, and the Newton polish jumped to the repelling
+    point. With a larger k the solve runs off towards inf and stops there (1e153), and
+    the polish jumped too. Both are refused; with k < 0 the same problems give 0, the
+    attractor."""
+    t = np.linspace(0.5, 4.0, 8)
+    pre = ji.Problem(_Repel(), ji.Experiment(t, preequilibration={"k": k}, name="pre"))
+    at_inf = ji.Problem(_Repel(), ji.Experiment([np.inf], name="inf"))
+    why = "a fixed point that repels: f_x there has an eigenvalue with positive real part"
+    with pytest.raises(RuntimeError, match=f"'pre' failed: its pre-equilibration .*{why}"):
+        ji.predict(pre)
+    with pytest.raises(RuntimeError, match=f"'inf' failed: the model reaches no steady .*{why}"):
+        ji.predict(at_inf, np.array([k, 2.0]))
+    decays = ji.predict(at_inf, np.array([-k, 2.0]))  # x0 + 1 + 0.5 decays to 0
+    np.testing.assert_allclose(np.asarray(decays.outputs).ravel(), 0.0, atol=1e-8)
+    # at the attractor the output's derivatives are those of the implicit function theorem
+    S = ji.sensitivity(at_inf, np.array([-k, 2.0])).matrix  # dx/dk = -x/k: rounding / k
+    np.testing.assert_allclose(np.asarray(S), 0.0, atol=1e-6)
+
+
+def test_attracts_against_numpy_eigenvalues():
+    """The stability test against NumPy's eigenvalues in float64, under jit and vmap:
+    conservation laws' zero eigenvalues attract, a positive real part of 1e-6 ||J||
+    does not, nor does a NaN."""
+    from jaxident._solve._steady_state import attracts
+
+    rng = np.random.default_rng(3)
+    mats = []
+    for shift in (-1.0, -1e-3, 1e-6, 0.5):
+        Q = np.linalg.qr(rng.standard_normal((5, 5)))[0]
+        mats.append(Q @ np.diag([shift, -2.0, -3.0, -4.0, -5.0]) @ Q.T)
+    rot = np.array([[-1e-3, 2.0], [-2.0, -1e-3]])  # a stable focus
+    conserved = np.array([[-1.0, 1.0], [1.0, -1.0]])  # x1 + x2 conserved: eigenvalues 0, -2
+    mats = np.stack(mats)
+    want = [np.linalg.eigvals(M).real.max() <= 1e-8 * np.linalg.norm(M, 2) for M in mats]
+    assert want == [True, True, False, False]
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(attracts))(mats)), want)
+    assert bool(attracts(rot)) and bool(attracts(conserved)) and not bool(attracts(-rot))
+    assert not bool(attracts(np.full((2, 2), np.nan)))
+
+
 def test_nan_matrix_error_names_the_entries():
     S = np.random.default_rng(1).standard_normal((6, 3))
     S[2, 1] = np.nan

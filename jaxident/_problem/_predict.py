@@ -21,7 +21,7 @@ from .._runtime._context import call_kept, callback_free, is_traced, on_error_mo
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
-from .._solve._steady_state import preequilibrated, steady_state
+from .._solve._steady_state import preequilibrated, steady_state, why_no_steady_state
 from ._base import Problem, unscale
 from ._noise import Noise, per_output
 
@@ -316,21 +316,19 @@ def _why_failed(problem: Problem, theta: Array, integrator: Integrator, e: int) 
     th_e = _directions(problem, theta)[0][e]
     if problem.preequilibrated[e]:
         pre = inner.parameters.view(th_e[p:])
-        x = eqx.filter_jit(steady_state)(inner, pre, inner.initial_state(pre), integrator)
-        if not np.all(np.isfinite(np.asarray(x))):
+        why = why_no_steady_state(inner, pre, inner.initial_state(pre), integrator)
+        if why:
             return (
-                "its pre-equilibration reached no steady state (the solve to it failed or "
-                f"did not settle within max_steps = {integrator.max_steps}). Check the "
-                "pre-equilibration condition's parameters, or raise max_steps."
+                f"its pre-equilibration reached no steady state ({why}). Check the "
+                "pre-equilibration condition's parameters."
             )
         model = preequilibrated(problem.model, integrator)
     else:
         model, th_e = inner, th_e[:p]
     if problem.steady[e]:
-        return (
-            "the model reaches no steady state from there (the solve to it failed or did "
-            f"not settle within max_steps = {integrator.max_steps})."
-        )
+        view = model.parameters.view(th_e)
+        why = why_no_steady_state(model, view, model.initial_state(view), integrator)
+        return f"the model reaches no steady state from there ({why or 'its outputs are NaN'})."
     times = np.unique(np.asarray(problem.times[e]))
     try:
         simulate(model, th_e, times, integrator=integrator)

@@ -6,6 +6,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._model._base import AbstractModel, Integrator, ODEModel
 from .._model._parameters import Parameters, ParameterValues
@@ -23,7 +24,7 @@ class Preequilibrated(AbstractTransformedODE):
 
     base: ODEModel
     parameters: Parameters
-    steady_integrator: Integrator = eqx.field(static=True)
+    steady_integrator: Integrator  # (its tolerances may be arrays: a re-solve reuses the kernel)
 
     def base_theta(self, theta: ParameterValues) -> ParameterValues:
         return self.base.parameters.view(theta.values[: self.base.parameters.p])
@@ -72,9 +73,9 @@ def steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator: I
 
 
 def _solve_to_steady_state(model, integrator, theta, x0):
-    """`(x, t, f_x)`: the end of the solve, polished by a Newton step where `f_x` is
-    regular (NaN where it is singular without conservation laws to explain it), the
-    time it ended, and `f_x` there."""
+    """`(x, t, f_x, why)`: the end of the solve, polished by a Newton step where `f_x`
+    is regular, the time it ended, `f_x` there, and why `x` is NaN (a key of `_WHY`;
+    0 where it is a steady state)."""
     with traced_once(integrator.solver) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
@@ -107,8 +108,45 @@ def _solve_to_steady_state(model, integrator, theta, x0):
     conserved = jnp.where((sv <= 1e-10 * sv[0])[:, None], U.T, 0.0)
     f0 = jnp.ravel(model.vector_field(jnp.asarray(model.t0, x.dtype), x0, theta))
     drift = jnp.linalg.norm(conserved @ f0) > 1e-8 * jnp.linalg.norm(f0)
-    x = jnp.where(regular, x - step.reshape(x.shape), jnp.where(drift, jnp.nan, x))
-    return x, t, J
+    x = jnp.where(regular, x - step.reshape(x.shape), x)
+    # The solve stops once f is small against rtol |x| + atol, which a fixed point that
+    # repels does at t0 when it repels slowly (x' = k x with k < rtol): the Newton step
+    # then lands on it. Only an attractor is a steady state the model reaches.
+    J_end = jax.jacfwd(lambda xx: jnp.ravel(model.vector_field(t, xx, theta)))(x)
+    unstable = ~attracts(J_end.reshape(x.size, x.size))
+    why = jnp.select(
+        [~diffrax.is_okay(sol.result), ~regular & drift, unstable], [1, 2, 3], default=0
+    )
+    return jnp.where(why > 0, jnp.nan, x), t, J, why
+
+
+_WHY = {
+    1: "the solve to it failed or did not settle within max_steps = {max_steps}; raise "
+    "max_steps if it settles slowly",
+    2: "the states drift without end (f_x is singular along a direction no conservation "
+    "law explains)",
+    3: "where the solve stopped, a Newton step finds a fixed point that repels: f_x there "
+    "has an eigenvalue with positive real part, so the model does not settle there",
+}
+
+
+def why_no_steady_state(model: AbstractModel, theta: ParameterValues, x0, integrator) -> str:
+    """Why `steady_state` gave NaN (host side, on the error path), or '' where it did
+    not."""
+    why = int(eqx.filter_jit(_solve_to_steady_state)(model, integrator, theta, x0)[3])
+    return _WHY.get(why, "").format(max_steps=integrator.max_steps)
+
+
+def attracts(J: Float[ArrayLike, "n n"]) -> Bool[Array, ""]:
+    """Whether a fixed point with Jacobian `J` attracts: no eigenvalue has a real part
+    above `1e-8 ||J||_2` (the zero eigenvalues of conservation laws pass). Decided on
+    values only (no derivative flows through it); NaN entries do not attract."""
+    J = jax.lax.stop_gradient(J)
+    finite = jnp.all(jnp.isfinite(J))
+    J = jnp.where(finite, J, 0.0)
+    top = jnp.linalg.norm(J, 2)
+    growth = jnp.max(jnp.linalg.eigvals(J).real)
+    return finite & (growth <= 1e-8 * top)
 
 
 @eqx.filter_custom_jvp
@@ -120,7 +158,7 @@ def _steady_state(model, integrator, theta, x0):
 def _steady_state_jvp(primals, tangents):
     model, integrator, theta, x0 = primals
     _, _, d_theta, dx0 = tangents
-    x, t, J = _solve_to_steady_state(model, integrator, theta, x0)
+    x, t, J, _ = _solve_to_steady_state(model, integrator, theta, x0)
     n = x.size
     dx0 = jnp.zeros(n, x.dtype) if dx0 is None else jnp.ravel(dx0)
     dv = None if d_theta is None else d_theta.values
