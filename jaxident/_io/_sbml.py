@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import sympy as sp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._model._base import Dependence, Integrator, ODEModel
 from .._model._parameters import Parameters, ParameterValues
@@ -347,12 +347,55 @@ def _events(m, rules, constants, state_ids, path):
             expr = from_mathml(ea.getMath(), f"event {name!r} assignment to {var!r}")
             assignments.append((state_ids.index(var), expr))
         initial = bool(trig.getInitialValue() if trig.isSetInitialValue() else True)
+        order = (-_priority(ev, name, rules, path), len(timed) + len(triggered))
+        at_trigger = not ev.isSetUseValuesFromTriggerTime() or ev.getUseValuesFromTriggerTime()
         if found is not None:
-            timed.append((found[0], tuple(assignments), initial))
+            timed.append((order, found[0], tuple(assignments), initial, at_trigger))
         else:
             root = rel.lhs - rel.rhs if rising else rel.rhs - rel.lhs
-            triggered.append((root, tuple(assignments), initial))
-    return tuple(timed), tuple(triggered)
+            triggered.append((order, root, tuple(assignments), initial))
+    # Events that fire at one time run in the order of their priorities (SBML: the
+    # highest first; without one, after those with one): the timed ones sorted so, and
+    # of the triggers that fire at once the first in this order goes first.
+    timed = _merged([e[1:] for e in sorted(timed, key=lambda e: e[0])], rules, state_ids)
+    triggered = tuple(e[1:] for e in sorted(triggered, key=lambda e: e[0]))
+    return timed, triggered
+
+
+def _priority(ev, name: str, rules: Mapping[str, sp.Expr], path) -> float:
+    """An event's priority (`-inf` where it has none): a number, or an expression of
+    assignment rules that is one."""
+    if not ev.isSetPriority() or ev.getPriority().getMath() is None:
+        return -np.inf
+    expr = from_mathml(ev.getPriority().getMath(), f"event {name!r} priority")
+    value = _with_rules_substituted(expr, rules)
+    if not value.is_number:
+        raise ValueError(
+            f"{path}: event {name!r} has the priority {expr}, which is not a number; only "
+            "constant priorities are supported."
+        )
+    return float(value)
+
+
+def _merged(timed, rules: Mapping[str, sp.Expr], state_ids):
+    """Timed events with the same time and initial value, in the order they run, made
+    one: SBML evaluates the assignments of an event that uses the values from its
+    trigger time in the state before any of them ran, and those of one that does not
+    in the state the events before it left. `(tau, assignments, initial)` each."""
+    groups: dict[tuple[str, bool], list] = {}
+    for tau, assignments, initial, at_trigger in timed:
+        groups.setdefault((sp.srepr(tau), initial), []).append((tau, assignments, at_trigger))
+    out = []
+    for (_, initial), events in groups.items():
+        now: dict[int, sp.Expr] = {}  # state index: its value after the events so far
+        for _, assignments, at_trigger in events:
+            ran = {sp.Symbol(state_ids[k]): v for k, v in now.items()}
+            now = now | {
+                k: v if at_trigger else _with_rules_substituted(v, rules).xreplace(ran)
+                for k, v in assignments
+            }
+        out.append((events[0][0], tuple(now.items()), initial))
+    return tuple(out)
 
 
 def _switches(exprs, rules: Mapping[str, sp.Expr], constants) -> tuple[sp.Expr, ...]:
@@ -407,7 +450,7 @@ def sbml_model(
     *,
     observables: Mapping[str, sp.Expr] | None = None,
     extra_parameters: Mapping[str, float] | None = None,
-    times: Sequence[float] | None = None,
+    times: Sequence[float] | Float[ArrayLike, " times"] | None = None,
     t0: float = 0.0,
     initial_overrides: Sequence[str] = (),
     parameter_overrides: Sequence[str] = (),

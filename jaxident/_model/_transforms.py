@@ -341,7 +341,7 @@ class TimeWarped(AbstractSameParameters, AbstractTransformedODE):
         j = jnp.clip(jnp.searchsorted(kr, s, side="right") - 1, 0, k.size - 1)
         nxt = jnp.minimum(j + 1, k.size - 1)
         width = kr[nxt] - kr[j]
-        inner = (j < k.size - 1) & (width > 0)
+        inner = (j < k.size - 1) & (width > 0) & jnp.isfinite(width)  # (an event at inf)
         slope = jnp.where(inner, (k[nxt] - k[j]) / jnp.where(inner, width, 1.0), 1.0)
         return k[j], kr[j], slope
 

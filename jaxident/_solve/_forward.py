@@ -293,19 +293,23 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         h = model.event_triggers(t, unravel(zz), view(pp))
         return None if h is None else jnp.atleast_1d(jnp.asarray(h, dtype=zz.dtype))
 
-    def fired(j, t, before, after):
+    def fired(j, t, before, after, tau_theta=None):
         """The event time's term of the jump of trigger j at t: `Z+ += (g_x f- - f+)
-        tau_theta`, `tau_theta = -(h_x Z- + h_theta M) / (h_t + h_x f-)`."""
+        tau_theta`, `tau_theta = -(h_x Z- + h_theta M) / (h_t + h_x f-)` (given: the
+        time's tangent of the event whose jump made trigger j true, in a cascade), and
+        `tau_theta`."""
         (z, Z), (z_new, Z_new) = before, after
         i = n_timed + j
         f_before = f(t, z, theta)
-        h_j = lambda tt, zz, pp: trigger(tt, zz, pp)[j]
-        _, rate = jax.jvp(lambda tt, zz: h_j(tt, zz, theta), (t, z), (jnp.ones_like(t), f_before))
-        _, h_dirs = ld_jvp(lambda zz, pp: h_j(t, zz, pp), (z, theta), (Z, Ms))
-        tau_theta = -h_dirs / jnp.where(rate != 0, rate, 1.0)
+        if tau_theta is None:
+            h_j = lambda tt, zz, pp: trigger(tt, zz, pp)[j]
+            ones = jnp.ones_like(t)
+            _, rate = jax.jvp(lambda tt, zz: h_j(tt, zz, theta), (t, z), (ones, f_before))
+            _, h_dirs = ld_jvp(lambda zz, pp: h_j(t, zz, pp), (z, theta), (Z, Ms))
+            tau_theta = -h_dirs / jnp.where(rate != 0, rate, 1.0)
         _, g_f = jax.jvp(lambda zz: g(i, t, zz, theta), (z,), (f_before,))
         jump_rate = g_f - f(t, z_new, theta)
-        return z_new, Z_new + jump_rate[:, None] * tau_theta[None, :]
+        return (z_new, Z_new + jump_rate[:, None] * tau_theta[None, :]), tau_theta
 
     timed = None if dae else model.event_times(th)
     n_timed = 0 if timed is None else int(jnp.size(timed))

@@ -67,6 +67,12 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
             "of negative numbers, or overflow, at these parameter values (a sweep reports "
             "such samples as failures instead)."
         ),
+        int(CASCADE._value): (
+            "events trigger each other without end at one time: each event's assignments "
+            "make another event's trigger true (more than twice as many events as there "
+            "are triggers fired at one time; SBML simulators refuse such a cascade too). "
+            "Check the events' triggers and assignments."
+        ),
         int(diffrax.RESULTS.dt_min_reached._value): (
             "the step size collapsed: the solution has a singularity (it blows up in "
             "finite time, or the right-hand side is not defined beyond some time). Check "
@@ -181,20 +187,20 @@ def in_segments(model, th, y0, times, run, jump, trigger=None, field=None, fired
     else:
         span = _triggered(model, times, run, jump, trigger, field, fired, n, m)
     if events is None:
-        ys, _, result, steps = span(t0, times[-1], y0)
+        ys, _, result, steps, _ = span(t0, times[-1], y0, None)
         return Segments(ys, result, steps)
     tau = jax.lax.stop_gradient(jnp.atleast_1d(jnp.asarray(events, dtype=times.dtype)))
     order = jnp.argsort(tau, stable=True)
     end_all = jnp.maximum(times[-1], t0)
     fires_at_t0 = jnp.asarray(model.fires_at_t0[:n], dtype=bool)
-    start, y, ys = t0, y0, None
+    start, y, ys, armed = t0, y0, None, None
     result, steps = diffrax.RESULTS.successful, jnp.asarray(0)
     for j in range(n + 1):
         end = jnp.clip(tau[order[j]], start, end_all) if j < n else end_all
         # a segment stops one ulp before its event, so that no stage of its last step
         # sees the right-hand side (or `TimeWarped`'s slope) after the event
         stop = jnp.maximum(jnp.nextafter(end, start), start) if j < n else end
-        seg, y, res, nsteps = span(start, stop, y)
+        seg, y, res, nsteps, armed = span(start, stop, y, armed)
         inside = (times >= start) & (times < end) if j < n else times >= start
         ys = seg if ys is None else _select(inside, seg, ys)
         result = diffrax.RESULTS.where(result == diffrax.RESULTS.successful, res, result)
@@ -214,19 +220,25 @@ def _triggers(fn, t, y, th):
     return None if h is None else jnp.atleast_1d(jnp.asarray(h, dtype=float))
 
 
-def _plain_span(run, times, start, stop, y):
-    """`(ys at every time, y at stop, result, steps)` of one solve from `start` to
+def _plain_span(run, times, start, stop, y, armed):
+    """`(ys at every time, y at stop, result, steps, None)` of one solve from `start` to
     `stop` (rows of `ys` outside the span are the clipped times')."""
     sol = run(start, stop, y, jnp.clip(times, start, stop), None)
     ys = jax.tree.map(lambda a: a[:-1], sol.ys)
     y_end = jax.tree.map(lambda a: a[-1], sol.ys)
-    return ys, y_end, sol.result, sol.stats["num_accepted_steps"]
+    return ys, y_end, sol.result, sol.stats["num_accepted_steps"], None
 
 
 # per timed segment, at most this many trigger events (firings and re-armings) before
 # the solve is reported as failed (`max_steps_reached`); each takes up to 10 solves of
 # the state machine in `_triggered`
 MAX_TRIGGER_EVENTS = 8
+# events that fire at one time, each made true by the one before (a cascade), beyond the
+# triggers' number twice over: an endless cascade, reported as `CASCADE`
+_CASCADE_SLACK = 8
+# diffrax gives this code of lineax's iterative solvers for no solve of ours: here it
+# says that events triggered each other without end at one time
+CASCADE = diffrax.RESULTS.stagnation
 _POLISH = 8  # Newton steps on an event time at most
 _ROOT = optx.Newton(rtol=1e-10, atol=1e-10)
 
@@ -241,6 +253,8 @@ class _Machine(NamedTuple):
     tau: Any  # the located time
     which: Any  # the trigger at tau
     polish: Any  # Newton steps taken
+    cascade: Any  # events fired at once at this time, each made true by a jump
+    tau_dir: Any  # the tangent of the time of the last triggered event (`fired`'s)
     done: Any
     result: Any
     steps: Any
@@ -266,15 +280,33 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
     Observations before `tau` are read from step 1, those after it from later solves.
     Returns `(ys, y at stop, result, steps)`."""
     fires_at_t0 = jnp.asarray(model.fires_at_t0[n_timed:], dtype=bool)
-    turns = (2 + _POLISH) * MAX_TRIGGER_EVENTS + 1
+    endless = 2 * m + _CASCADE_SLACK
+    turns = (2 + _POLISH) * MAX_TRIGGER_EVENTS + endless + 2
     t_model0 = jnp.asarray(model.t0, times.dtype)
 
-    def fire(j, t, y):
+    def fire(j, t, y, tau_dir):
+        """Trigger `j`'s jump at `t`, and the tangent of `t` (`fired`'s, from the
+        trigger's root where `tau_dir` is None; a cascade's is the event's before)."""
         after = jump(n_timed + j, t, y)
-        return after if fired is None else fired(j, t, y, after)
+        return (after, tau_dir) if fired is None else fired(j, t, y, after, tau_dir)
+
+    def rearmed(armed, fired, t, before, after):
+        """The arming after trigger `fired` fired at `t` (`before` to `after`): every
+        trigger the jump turned false is armed again (the fired one included: `x = x - D`
+        on `x > c`); the fired one is otherwise disarmed until it turns false."""
+        h_b, h_a = trigger(t, before), trigger(t, after)
+        turned_false = (h_a < 0) & (h_a - h_b < -1e-12 * (1 + jnp.abs(h_b) + jnp.abs(h_a)))
+        return (armed | turned_false).at[fired].set(turned_false[fired])
 
     def turn(c: _Machine, stop) -> _Machine:
-        watch = (c.mode == 0) & ~c.done
+        idle = (c.mode == 0) & ~c.done
+        # an armed trigger that a jump made true fires at once, at the same time, the
+        # first in the model's order (the SBML import orders them by priority)
+        pending = c.armed & (trigger(c.s, c.y) > 0)
+        cascade = idle & jnp.any(pending)
+        runaway = cascade & (c.cascade >= endless)
+        cascade = cascade & ~runaway
+        watch = idle & ~cascade & ~runaway
         # mode 2: the Newton step on the trigger at tau
         f = field(c.s, c.y)
         rate = (jnp.ones_like(c.s), f)
@@ -314,6 +346,7 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
         ys = _select((times >= c.s) & rest, seg, c.ys)
         ys = _select((times >= c.s) & (times < c.tau) & (c.mode == 1) & ~c.done, seg, ys)
         which = jnp.where(hit, jnp.argmax(mask), c.which)
+        which = jnp.where(cascade, jnp.argmax(pending), which)
         tau = jnp.where(hit, jax.lax.stop_gradient(t_end), c.tau)
         rearm = (c.mode == 1) & ~c.done & ~c.armed[which]
         finish = (c.mode == 2) & ~c.done & ~polishing
@@ -321,24 +354,25 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
         move = dt - jax.lax.stop_gradient(dt)
         s_fin = c.s + move
         y_fin = jax.tree.map(lambda a, v: a + v * move, c.y, f)
-        fires = [functools.partial(fire, j) for j in range(m)]
-        y_fired = jax.lax.switch(which, fires, s_fin, y_fin)
+        own = [functools.partial(fire, j, tau_dir=None) for j in range(m)]
+        y_fired, tau_fired = jax.lax.switch(which, own, s_fin, y_fin)
+        # a cascade's time is the event's that started it, and so is its tangent
+        at_once = [functools.partial(fire, j, tau_dir=c.tau_dir) for j in range(m)]
+        y_cascade, _ = jax.lax.switch(which, at_once, c.s, c.y)
         # where the machine goes
         s_next = jnp.where(watch | c.done, c.s, t_end)
         s_next = jnp.where(finish, s_fin, s_next)
         y_next = _select(watch | c.done, c.y, y_end)
         y_next = _select(rest, y_end, y_next)
         y_next = _select(finish, y_fired, y_next)
+        y_next = _select(cascade, y_cascade, y_next)
         s_next = jnp.where(rest, t_end, s_next)
         mode = jnp.where(hit, 1, c.mode)
         mode = jnp.where((c.mode == 1) & ~c.done, jnp.where(rearm, 0, 2), mode)
         mode = jnp.where(finish, 0, mode)
-        # a fired trigger stays disarmed until it turns false, unless the event itself
-        # turned it false (`x = x - D` on the trigger `x > c`): then it is armed again
-        h_after = trigger(s_fin, y_fired)[which]
-        turned_false = (h_after < 0) & (h_after - h < -1e-12 * (1 + jnp.abs(h) + jnp.abs(h_after)))
-        flag = jnp.where(rearm, True, turned_false)
-        armed = jnp.where(rearm | finish, c.armed.at[which].set(flag), c.armed)
+        armed = jnp.where(rearm, c.armed.at[which].set(True), c.armed)
+        armed = jnp.where(finish, rearmed(c.armed, which, s_fin, y_fin, y_fired), armed)
+        armed = jnp.where(cascade, rearmed(c.armed, which, c.s, c.y, y_cascade), armed)
         return _Machine(
             s=s_next,
             y=y_next,
@@ -349,28 +383,41 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
             tau=tau,
             which=which,
             polish=jnp.where(polishing, c.polish + 1, 0),
-            done=c.done | rest | failed,
-            result=diffrax.RESULTS.where(failed, sol.result, c.result),
+            cascade=jnp.where(cascade, c.cascade + 1, jnp.where(watch, 0, c.cascade)),
+            tau_dir=jax.tree.map(lambda a, b: jnp.where(finish, a, b), tau_fired, c.tau_dir),
+            done=c.done | rest | failed | runaway,
+            result=diffrax.RESULTS.where(
+                runaway, CASCADE, diffrax.RESULTS.where(failed, sol.result, c.result)
+            ),
             steps=c.steps + jnp.where(c.done, 0, sol.stats["num_accepted_steps"]),
         )
 
-    def span(start, stop, y0):
-        armed = trigger(start, y0) < 0
-        # a trigger true at t0 whose initialValue is false fires there, before any solve
-        # (at a fixed time: no event time's term)
-        now = (start == t_model0) & ~armed & fires_at_t0
+    def span(start, stop, y0, armed_before):
         y = y0
-        for j in range(m):
-            y = _select(now[j], jump(n_timed + j, start, y), y)
+        if armed_before is None:  # the first span, from t0
+            armed = trigger(start, y0) < 0
+            # a trigger true at t0 whose initialValue is false fires there, before any
+            # solve (at a fixed time: no event time's term)
+            now = (start == t_model0) & ~armed & fires_at_t0
+            for j in range(m):
+                y_j = jump(n_timed + j, start, y)
+                armed = jnp.where(now[j], rearmed(armed, j, start, y, y_j), armed)
+                y = _select(now[j], y_j, y)
+        else:  # after a timed event: the triggers it turned false are armed again
+            armed = armed_before | (trigger(start, y0) < 0)
+        # a cascade after t0 or a timed event takes no time term (a fixed, or warped, time)
+        shape = jax.eval_shape(lambda: fire(0, start, y, None)[1])
+        tau_none = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
         ys = jax.tree.map(lambda a: jnp.zeros((times.shape[0], *a.shape), a.dtype), y)
         c = _Machine(
             s=start, y=y, back=(start, y), ys=ys, armed=armed, mode=jnp.asarray(0), tau=start,
-            which=jnp.asarray(0), polish=jnp.asarray(0), done=jnp.asarray(False),
+            which=jnp.asarray(0), polish=jnp.asarray(0), cascade=jnp.asarray(0),
+            tau_dir=tau_none, done=jnp.asarray(False),
             result=diffrax.RESULTS.successful, steps=jnp.asarray(0),
         )  # fmt: skip
         c, _ = jax.lax.scan(lambda c, _: (turn(c, stop), None), c, None, turns)
         result = diffrax.RESULTS.where(c.done, c.result, diffrax.RESULTS.max_steps_reached)
-        return c.ys, c.y, result, c.steps
+        return c.ys, c.y, result, c.steps, c.armed
 
     return span
 
