@@ -2,6 +2,7 @@
 the tables read and linted by the `petab` package (imported where a file is read, an
 optional dependency), the SBML model by `_sbml`, each condition an `Experiment`."""
 
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -103,10 +104,12 @@ def _linted(yaml_path: str, allow_missing: bool):
         raise ValueError(f"{yaml_path}: exactly one problem with one SBML model is supported.")
     _check_files(yaml_path, cfg, problems[0])
     try:
-        problem = petab.Problem.from_yaml(yaml_path)
+        with _quiet_pandas():
+            problem = petab.Problem.from_yaml(yaml_path)
     except Exception as e:  # pandas' and petab's errors do not name the file
+        why = "".join(f"\n  {m}" for m in _sbml_errors(yaml_path, problems[0])[:10])
         raise ValueError(
-            f"{yaml_path}: its PEtab files could not be read ({type(e).__name__}: {e})."
+            f"{yaml_path}: its PEtab files could not be read ({type(e).__name__}: {e}).{why}"
         ) from None
     for name, table, columns in (
         ("measurement", problem.measurement_df, ("observableId", "simulationConditionId",
@@ -137,18 +140,47 @@ def _linted(yaml_path: str, allow_missing: bool):
         warnings.warn(f"{yaml_path}: {where} are missing data and are left out.", stacklevel=3)
         problem.measurement_df = meas[~missing.to_numpy()]
     findings = _Findings()
-    lint_logger = logging.getLogger(petab.lint.__name__)
+    lint_logger = logging.getLogger("petab")  # the linter's, and its SBML check's (libSBML)
     lint_logger.addHandler(findings)
     try:
-        rejected = petab.lint_problem(problem)
+        with _quiet_pandas():
+            rejected = petab.lint_problem(problem)
     except Exception as e:
         rejected, findings.messages = True, [*findings.messages, str(e).strip()]
     finally:
         lint_logger.removeHandler(findings)
     if rejected:
-        text = "\n  ".join(m.replace("\n", "\n    ") for m in findings.messages[:10])
+        # where the linter says only "Not OK", libSBML's own reading of the model says why
+        reasons = findings.messages or _sbml_errors(yaml_path, problems[0])
+        reasons = reasons or ["(it gives no reason; petab.v1.lint_problem logs what it checks)"]
+        text = "\n  ".join(m.replace("\n", "\n    ") for m in reasons[:10])
         raise ValueError(f"{yaml_path}: petab's linter rejects this problem:\n  {text}")
     return problem, problems[0]
+
+
+def _sbml_errors(yaml_path: str, entry: dict) -> list[str]:
+    """The errors libSBML finds reading the problem's SBML file, each with its line."""
+    import libsbml
+
+    path = os.path.join(os.path.dirname(os.fspath(yaml_path)), entry["sbml_files"][0])
+    doc = libsbml.readSBMLFromFile(path)
+    errors = [doc.getError(i) for i in range(doc.getNumErrors())]
+    return [
+        f"{os.path.basename(path)}, line {e.getLine()}: libSBML {e.getSeverityAsString()}: "
+        f"{e.getMessage().strip()}"
+        for e in errors
+        if e.getSeverity() >= libsbml.LIBSBML_SEV_ERROR
+    ]
+
+
+@contextlib.contextmanager
+def _quiet_pandas():
+    """The `petab` package's own use of pandas features that pandas deprecates warns at
+    every load, about code that is not the caller's: silenced while `petab` runs."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 def check_flags(**flags) -> None:

@@ -3,6 +3,7 @@ of its own) for the simulations and, by finite differences, the sensitivities; t
 `petab` package's own log-likelihood; code in a formula is rejected."""
 
 import shutil
+import warnings
 
 import diffrax
 import jax
@@ -743,3 +744,28 @@ def test_a_swapped_or_damaged_kept_problem_is_loaded_anew(tmp_path, monkeypatch)
     a.write_bytes(blob_a[: len(blob_a) // 2])
     with pytest.warns(UserWarning, match="is damaged"):
         assert float(np.nanmax(np.asarray(ji.petab.load(one).data))) == 1.5
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda t: t[: len(t) // 2], r"model\.xml, line \d+: libSBML Error: Unclosed XML token"),
+        (lambda t: t.replace("<ci> k </ci>", "<ci> nosuch </ci>", 1), r"MathML consistency"),
+        (lambda t: t.replace('level="3"', 'level="9"'), r"line 2: libSBML Error: The level"),
+    ],
+    ids=["truncated", "unknown id", "level 9"],
+)
+def test_a_broken_sbml_file_is_refused_with_libsbmls_reason(edit, reason, tmp_path, capfd):
+    """ "petab's linter rejects this problem:" was followed by nothing, libSBML's reason
+    going to stderr (issue 51); and the problems the `petab` package warns about
+    (pandas deprecations in its own code) no longer reach the caller."""
+    path = write_petab(tmp_path / "p")
+    model = path.parent / "model.xml"
+    model.write_text(edit(model.read_text()))
+    with pytest.raises(ValueError, match=f"(?s)problem.yaml: .*{reason}"):
+        ji.petab.load(path)
+    assert "libSBML" not in capfd.readouterr().err
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ji.petab.load(write_petab(tmp_path / "ok"))
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning | FutureWarning)]
