@@ -291,7 +291,8 @@ def report(rep, *, title: str | None = None):
         return "tab:orange" if d > rep.threshold else "tab:blue"
 
     y = np.arange(p)
-    a2.barh(y, shown, color=[color(n, d) for n, d in zip(rep.names, dec)])
+    colors = [color(n, d) for n, d in zip(rep.names, dec)]
+    a2.barh(y, shown, color=colors)
     for i in np.flatnonzero(np.isnan(dec)):
         a2.annotate(
             f"std {float(rep.std[i]):.3g} (absolute: at 0)",
@@ -303,13 +304,20 @@ def report(rep, *, title: str | None = None):
     a2.axvline(rep.threshold, color="0.3", ls="--", lw=1, label=f"threshold {rep.threshold:g}")
     a2.set_yticks(y, rep.names, fontsize="small")
     a2.invert_yaxis()
-    a2.set_xlabel(
-        "marginal standard deviation (decades); red: non-identifiable, orange: above the "
-        "threshold, gray: undecided",
-        fontsize="small",
-    )
+    a2.set_xlabel("marginal standard deviation (decades)", fontsize="small")
     a2.set_title("practical identifiability")
-    a2.legend(frameon=False, fontsize="small", loc="lower right")
+    from matplotlib.patches import Patch
+
+    meaning = {
+        "tab:blue": "below the threshold",
+        "tab:orange": "above the threshold",
+        "tab:red": "non-identifiable",
+        "0.6": "undecided",
+    }
+    keys = [Patch(color=c, label=text) for c, text in meaning.items() if c in colors]
+    handles = [*keys, *a2.get_legend_handles_labels()[0]]
+    a2.legend(handles=handles, frameon=False, fontsize="small", loc="center left",
+              bbox_to_anchor=(1.0, 0.5))  # fmt: skip
     fig.suptitle(title or rep.name)
     fig.tight_layout()
     return fig

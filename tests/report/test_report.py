@@ -144,6 +144,19 @@ def test_report_json_round_trip_and_plot(tmp_path):
     fig = rep.plot()
     fig.savefig(tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 10_000
+    # every bar colour is explained by the legend in words, and nothing else is (an axis
+    # label used to name "red" over orange bars, issue 51)
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import Patch
+
+    bars = fig.axes[1].patches
+    legend = fig.axes[1].get_legend()
+    pairs = zip(legend.legend_handles, legend.get_texts())
+    keyed = {to_hex(h.get_facecolor()): t.get_text() for h, t in pairs if isinstance(h, Patch)}
+    shown = {to_hex(b.get_facecolor()) for b in bars}
+    assert set(keyed) == shown, (keyed, shown)
+    assert keyed[to_hex("tab:red")] == "non-identifiable"
+    assert "red" not in fig.axes[1].get_xlabel()
 
 
 class Decay(ji.ODEModel):
