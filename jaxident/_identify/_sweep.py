@@ -7,7 +7,7 @@ for its slowest sample. On a CPU the chunk is therefore mapped in groups of
 `CPU_LANES` (`jax.lax.map(..., batch_size=CPU_LANES)`): on a CPU, 32 lanes came
 within 1.08x of the best lane count on four PEtab problems, where 256 lanes let the
 samples whose step counts vary most wait for each other (the measurements: the
-README's "Sweeps" and `benchmarks/bench_petab.py`).
+docs/performance.md, "Sweeps over devices and hosts" and `benchmarks/bench_petab.py`).
 """
 
 import collections
