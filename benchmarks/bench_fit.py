@@ -126,8 +126,10 @@ def main():
                     help="jaxident's step cap per start (fides stops at 1,000)")  # fmt: skip
     ap.add_argument("--cpu", type=int, default=0, help="the core both tools are pinned to")
     ap.add_argument("--optimizers", nargs="+", default=["lm", "fides"],
+                    choices=["lm", "fides", "lm-h", "fides-h"],
                     help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
-                         "(ji.Fides, 1,000 iterations, as pyPESTO)")  # fmt: skip
+                         "(ji.Fides, 1,000 iterations, as pyPESTO); -h: hierarchical, the "
+                         "observable scalings solved for in closed form")  # fmt: skip
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
@@ -141,12 +143,15 @@ def main():
         yaml_path = ji.data.petab_problem(name)
         rows = {}
         for kind in args.optimizers:
-            tool = {"lm": "jaxident", "fides": "jaxident+fides"}[kind]
-            if kind == "fides" and importlib.util.find_spec("fides") is None:
+            tool = {"lm": "jaxident", "fides": "jaxident+fides", "lm-h": "jaxident hier.",
+                    "fides-h": "j.+fides hier."}[kind]  # fmt: skip
+            fides = kind.startswith("fides")
+            if fides and importlib.util.find_spec("fides") is None:
                 rows[tool] = {"skipped": "pip install fides"}
                 continue
-            optimizer = ji.Fides() if kind == "fides" else None
-            steps = 1000 if kind == "fides" else args.max_steps
+            hier = kind.endswith("-h")
+            optimizer = ji.Fides(hierarchical=hier) if fides else ji.FisherLM(hierarchical=hier)
+            steps = 1000 if fides else args.max_steps
             problem, starts, rows[tool] = jaxident_rows(
                 yaml_path, args.starts, args.seed, steps, optimizer
             )
@@ -170,7 +175,7 @@ def main():
                   f"fits {r['fits_s']:7.1f} s (set-up {setup:.1f} s), "
                   f"{r['converged_per_minute']:6.1f} converged starts per minute")  # fmt: skip
         b = rows["pypesto"]
-        for tool in ("jaxident", "jaxident+fides"):
+        for tool in ("jaxident", "jaxident+fides", "jaxident hier.", "j.+fides hier."):
             a = rows.get(tool, {})
             if "converged_per_minute" in a and b.get("converged_per_minute", 0) > 0:
                 ratio = a["converged_per_minute"] / b["converged_per_minute"]

@@ -166,6 +166,10 @@ def _validate(args, p: int) -> None:
             "--optimizer sets how the fits of --fit step; give --fit N too.",
         ),
         (
+            not args.hierarchical or bool(args.fit),
+            "--hierarchical sets how the fits of --fit step; give --fit N too.",
+        ),
+        (
             args.free_initial_states is None or bool(args.free_initial_states.strip()),
             "--free-initial-states needs state names (comma separated) or all.",
         ),
@@ -275,7 +279,10 @@ def _optimizer(args):
     """`--optimizer` as the optimizer object (the CLI's strings stop here)."""
     import jaxident as ji
 
-    return ji.Fides() if args.optimizer == "fides" else ji.FisherLM()
+    hier = bool(getattr(args, "hierarchical", False))
+    return (
+        ji.Fides(hierarchical=hier) if args.optimizer == "fides" else ji.FisherLM(hierarchical=hier)
+    )
 
 
 def _fit(args, problem, starts: int):
@@ -283,6 +290,11 @@ def _fit(args, problem, starts: int):
 
     import jaxident as ji
 
+    optimizer = _optimizer(args)
+    try:
+        optimizer.inner(problem)
+    except ValueError as e:  # --hierarchical on a problem without scalings
+        raise _UsageError(str(e).replace("hierarchical=True", "--hierarchical")) from None
     try:
         return ji.estimate(
             problem,
@@ -290,7 +302,7 @@ def _fit(args, problem, starts: int):
             key=jax.random.key(args.seed),
             max_steps=args.max_steps,
             integrator=_integrator(problem.model, args.solver_rtol),
-            optimizer=_optimizer(args),
+            optimizer=optimizer,
             progress=not args.quiet,
             out=getattr(args, "out", None),
         )
@@ -585,6 +597,13 @@ def _fit_flags(parser, when: str) -> None:
         help="how each fit steps: lm (default: the compiled Levenberg-Marquardt, fast per "
         "start) or fides (fides' trust region: slower per start, leaves plateaus where lm "
         "stops; pip install 'jaxident[fides]')",
+    )
+    parser.add_argument(
+        "--hierarchical",
+        action="store_true",
+        help="solve the observable scalings (parameters that multiply whole observables "
+        "and enter nothing else) in closed form at every step; the optimizer steps in the "
+        "other parameters",
     )
 
 

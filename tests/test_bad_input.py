@@ -176,6 +176,7 @@ def test_sweep_input_errors():
         (["--max-steps", "50"], r"--max-steps sets the steps of the fits of --fit"),
         (["--max-steps", "0"], r"--max-steps sets the steps of the fits of --fit"),
         (["--fit", "2", "--max-steps", "0"], r"--max-steps must be >= 1"),
+        (["--hierarchical"], r"--hierarchical sets how the fits of --fit step"),
         (["--seed", str(2**70)], r"--seed must lie in \[0, 2\*\*63\)"),
         (["--samples", str(10**14)], r"--samples 100000000000000: .* memory"),
         (["--fit", str(10**14)], r"--fit 100000000000000: .* memory"),

@@ -26,6 +26,7 @@ from .._problem._noise import Noise, per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
+from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import more_damping, nielsen
 
@@ -101,21 +102,34 @@ def at_bound(theta, lower, upper, free):
     return free & near
 
 
-def _objective(problem, integrator, error_mode):
+def _objective(problem, integrator, error_mode, inner=None):
     """The function every fit of a problem minimises, as two functions of `theta`: the
     negative log-likelihood from a plain solve (`inf` where the model cannot be solved
     or the likelihood is not finite), and `(nll, gradient, Fisher information, good)`
     from a solve with sensitivities (`gradient_and_fisher`; zeros and `inf` where not
-    `good`)."""
+    `good`). With `inner` (`_hierarchical.Scalings`), its scalings are solved for in
+    closed form at every `theta` (their values in it ignored): the cost is the profile
+    over them, its gradient and Fisher information those of the other parameters."""
+
+    def predicted(theta, jacobian):
+        if inner is None:
+            return predict_kernel(problem, theta, integrator, jacobian, PLAIN_ADJOINT, error_mode)
+        return hierarchical.prediction(problem, inner, theta, integrator, jacobian)[0]
 
     def nll(theta):
-        out = predict_kernel(problem, theta, integrator, False, PLAIN_ADJOINT, error_mode)
+        out = predicted(theta, False)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         return jnp.where(good, -out.log_likelihood, jnp.inf)
 
     def with_derivatives(theta):
-        out = predict_kernel(problem, theta, integrator, True, PLAIN_ADJOINT, error_mode)
-        g, H = gradient_and_fisher(problem, out)
+        if inner is None:
+            out = predicted(theta, True)
+            g, H = gradient_and_fisher(problem, out)
+        else:
+            out, _, inside = hierarchical.prediction(problem, inner, theta, integrator, True)
+            g, H = gradient_and_fisher(problem, out)
+            g = g.at[jnp.asarray(inner.index)].set(0.0)
+            H = hierarchical.outer_fisher(H, inner, inside)
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         good = good & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(H))
         f = jnp.where(good, -out.log_likelihood, jnp.inf)
@@ -125,30 +139,50 @@ def _objective(problem, integrator, error_mode):
 
 
 @eqx.filter_jit
-def _nll_kernel(problem, theta, integrator, error_mode):
-    return _objective(problem, integrator, error_mode)[0](theta)
+def _nll_kernel(problem, theta, integrator, error_mode, inner):
+    return _objective(problem, integrator, error_mode, inner)[0](theta)
 
 
 @eqx.filter_jit
-def _derivatives_kernel(problem, theta, integrator, error_mode):
-    return _objective(problem, integrator, error_mode)[1](theta)
+def _derivatives_kernel(problem, theta, integrator, error_mode, inner):
+    return _objective(problem, integrator, error_mode, inner)[1](theta)
 
 
-def objective(problem: Problem, theta, integrator, derivatives: bool):
+@eqx.filter_jit
+def _filled_kernel(problem, theta, integrator, inner):
+    return hierarchical.prediction(problem, inner, theta, integrator, False)[1]
+
+
+def objective(problem: Problem, theta, integrator, derivatives: bool, inner=None):
     """The fit's objective at `theta` from the host, through kept kernels (compiled
     once per problem): the negative log-likelihood from a plain solve, or, with
     `derivatives`, `(nll, gradient, Fisher information)` from a solve with
-    sensitivities; NumPy values, `inf` (and zeros) where the model cannot be solved."""
+    sensitivities; NumPy values, `inf` (and zeros) where the model cannot be solved.
+    With `inner`, the hierarchical objective (`_objective`)."""
     kernel = _derivatives_kernel if derivatives else _nll_kernel
     with callback_free():
         out = call_kept(kernel, problem, jnp.asarray(theta, float), integrator,
-                        on_error_mode(), device=fit_device())  # fmt: skip
+                        on_error_mode(), inner, device=fit_device())  # fmt: skip
     out = jax.tree.map(np.asarray, out)
     return out[:3] if derivatives else out
 
 
+def filled(problem: Problem, theta, integrator, inner):
+    """`theta` (NumPy, `(q,)` or `(B, q)`) with the scalings of `inner` at their optimum
+    there (a hierarchical fit's estimate, every parameter reported)."""
+    theta = np.asarray(theta, float)
+    if inner is None:
+        return theta
+    with callback_free():
+        one = lambda t: call_kept(_filled_kernel, problem, jnp.asarray(t), integrator, inner,
+                                  device=fit_device())  # fmt: skip
+        if theta.ndim == 1:
+            return np.asarray(one(theta))
+        return np.stack([np.asarray(one(t)) for t in theta])
+
+
 @eqx.filter_jit
-def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode):
+def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode, inner=None):
     """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
     (the others held at `theta0`: a profile), all in one compiled loop: a trial point
     costs one plain solve of every experiment, an accepted one a solve with
@@ -159,7 +193,9 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
     BFGS (what it gained on Fujita and Boehm: benchmarks/README.md)."""
     lower = jnp.asarray(problem.parameters.lower, theta0.dtype)
     upper = jnp.asarray(problem.parameters.upper, theta0.dtype)
-    nll, with_derivatives = _objective(problem, integrator, error_mode)
+    nll, with_derivatives = _objective(problem, integrator, error_mode, inner)
+    if inner is not None:  # the scalings are solved for, not stepped
+        free = free.at[jnp.asarray(inner.index)].set(False)
 
     theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
     f0, g0, H0, good0 = with_derivatives(theta0)
@@ -281,18 +317,19 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
 
 
 @eqx.filter_jit
-def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode):
+def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode, inner=None):
     """`_fit_problem` from every start in `thetas` side by side (one `vmap`): every lane
     steps until the slowest ends, and computes a trial point and its sensitivities at
     every step (an accepted point's `cond` becomes a select)."""
 
     def one(theta0):
-        return _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode)
+        return _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
+                            inner)  # fmt: skip
 
     return jax.vmap(one)(thetas)
 
 
-def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol):
+def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner):
     with callback_free():
         out = call_kept(
             kernel,
@@ -303,21 +340,35 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol):
             jnp.asarray(max_steps),
             jnp.asarray(rtol, float),
             on_error_mode(),
+            inner,
             device=fit_device(),
         )
-    return jax.tree.map(np.asarray, out)
+    theta, nll, steps, result, bound = jax.tree.map(np.asarray, out)
+    if inner is None:
+        return theta, nll, steps, result, bound
+    theta = filled(problem, theta, integrator, inner)
+    # a scaling solved for may end at a bound too
+    solved = np.zeros(theta.shape[-1], bool)
+    solved[list(inner.index)] = True
+    lower, upper = (
+        np.asarray(b, float) for b in (problem.parameters.lower, problem.parameters.upper)
+    )
+    return theta, nll, steps, result, bound | at_bound(theta, lower, upper, solved & free)
 
 
-def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float):
+def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float, inner=None):
     """One fit from the host, through the kept kernel (compiled once per problem and
-    shapes): `(theta, nll, steps, result, at_bound)` as NumPy values."""
-    return _call_fit(_fit_problem, problem, theta0, free, integrator, max_steps, rtol)
+    shapes): `(theta, nll, steps, result, at_bound)` as NumPy values. With `inner`, a
+    hierarchical fit (`_objective`), its scalings filled in at their optimum."""
+    return _call_fit(_fit_problem, problem, theta0, np.asarray(free, bool), integrator,
+                     max_steps, rtol, inner)  # fmt: skip
 
 
-def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float):
+def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float, inner=None):
     """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
     kernel; as `fit_once`, each output with a leading axis of `B`."""
-    return _call_fit(_fit_problems, problem, thetas, free, integrator, max_steps, rtol)
+    return _call_fit(_fit_problems, problem, thetas, np.asarray(free, bool), integrator,
+                     max_steps, rtol, inner)  # fmt: skip
 
 
 class MultiStart(eqx.Module):

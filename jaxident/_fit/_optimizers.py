@@ -13,7 +13,8 @@ import numpy as np
 import optimistix as optx
 
 from .._problem._base import Problem
-from ._multistart import at_bound, fit_batch, fit_once, objective
+from ._hierarchical import scalings
+from ._multistart import at_bound, filled, fit_batch, fit_once, objective
 
 
 class AbstractOptimizer(eqx.Module):
@@ -25,6 +26,20 @@ class AbstractOptimizer(eqx.Module):
     a bound. `max_steps`: the step cap `ji.estimate` uses where it is given none."""
 
     max_steps: eqx.AbstractClassVar[int]
+    hierarchical: eqx.AbstractVar[bool]
+
+    def inner(self, problem: Problem):
+        """The scalings a hierarchical fit solves for in closed form, or `None`."""
+        if not self.hierarchical:
+            return None
+        found = scalings(problem)
+        if found is None:
+            raise ValueError(
+                f"hierarchical=True: {problem.name or 'the problem'} has no observable "
+                "scalings to solve for (an estimated parameter that multiplies whole "
+                "observables with normal noise and enters nothing else)."
+            )
+        return found
 
     @abc.abstractmethod
     def fit(self, problem: Problem, theta0, free, integrator, max_steps: int) -> tuple:
@@ -40,16 +55,26 @@ class FisherLM(AbstractOptimizer):
     where it would stop, goes on with a Dennis-Gay-Welsch secant of the rest of the
     Hessian added until it stops again. One compiled loop per problem (every start and
     every `free` mask share it), and `batch=` fits starts side by side. `rtol`: the
-    relative decrease of the cost over two steps below which it stops."""
+    relative decrease of the cost over two steps below which it stops.
+
+    `hierarchical=True` (either optimizer): the observable scalings (parameters that
+    multiply whole observables with normal noise and enter nothing else: found in SBML
+    formulas, declared by a hand-written model's `output_scalings()`) are solved in
+    closed form at every evaluation (Loos et al. 2018, as pyPESTO's hierarchical
+    optimization), so the optimizer steps in the other parameters alone; the estimate
+    reports every parameter (`_fit/_hierarchical.py`)."""
 
     rtol: float = 1e-8
+    hierarchical: bool = False
     max_steps: ClassVar[int] = 256
 
     def fit(self, problem, theta0, free, integrator, max_steps):
-        return fit_once(problem, theta0, free, integrator, max_steps, self.rtol)
+        inner = self.inner(problem)
+        return fit_once(problem, theta0, free, integrator, max_steps, self.rtol, inner)
 
     def fit_batch(self, problem, thetas, free, integrator, max_steps):
-        return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol)
+        inner = self.inner(problem)
+        return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol, inner)
 
 
 def checked_optimizer(optimizer) -> AbstractOptimizer:
@@ -100,7 +125,8 @@ class Fides(AbstractOptimizer):
     evaluation. Steps in a 2-D subspace, reflected at the bounds. `hybrid=True`
     (default, as pyPESTO): the Fisher information until `switch` iterations pass
     without a change of the trust radius, then BFGS updates (fides' `HybridFixed`);
-    `False`: the Fisher information throughout. `options`: more of fides' options
+    `False`: the Fisher information throughout. `hierarchical`: as for `FisherLM`.
+    `options`: more of fides' options
     (`{"fatol": 1e-8}`); its iteration cap is `ji.estimate`'s `max_steps` (default
     1,000, fides').
 
@@ -111,6 +137,7 @@ class Fides(AbstractOptimizer):
 
     hybrid: bool = True
     switch: int = 20
+    hierarchical: bool = False
     max_steps: ClassVar[int] = 1000  # fides' own iteration cap
     options: Mapping = eqx.field(default_factory=dict, static=True)
 
@@ -124,7 +151,10 @@ class Fides(AbstractOptimizer):
 
     def fit(self, problem, theta0, free, integrator, max_steps):
         fides = _fides()
-        free = np.asarray(free, bool)
+        inner = self.inner(problem)
+        free = np.array(free, bool)
+        if inner is not None:  # the scalings are solved for, not stepped
+            free[list(inner.index)] = False
         lower = np.asarray(problem.parameters.lower, float)
         upper = np.asarray(problem.parameters.upper, float)
         base = np.array(theta0, dtype=float)
@@ -136,7 +166,7 @@ class Fides(AbstractOptimizer):
             return theta
 
         def fun(x):
-            f, g, H = objective(problem, full(x), integrator, derivatives=True)
+            f, g, H = objective(problem, full(x), integrator, derivatives=True, inner=inner)
             return float(f), g[free], H[np.ix_(free, free)]
 
         options = {fides.Options.MAXITER: int(max_steps), **_options(fides, self.options)}
@@ -148,7 +178,7 @@ class Fides(AbstractOptimizer):
         except RuntimeError:  # the objective is not finite at the start
             failed = optx.RESULTS.nonlinear_divergence
             return base, np.asarray(np.inf), np.asarray(0), failed, np.zeros_like(free)
-        theta = full(opt.x_min)
+        theta = filled(problem, full(opt.x_min), integrator, inner)
         # the plain solve's cost, as the compiled fit reports (a solve with
         # sensitivities takes other steps: its cost differs by the discretization)
         nll = float(objective(problem, theta, integrator, derivatives=False))

@@ -209,6 +209,26 @@ class SBMLModel(ODEModel):
             x = x.at[i].set(self._override(name, x[i], theta))
         return x
 
+    def output_scalings(self) -> tuple[str | None, ...]:
+        """Per output, the parameter that is a factor of the whole formula and appears
+        nowhere else (rates, rules, initial values, events, switches, other outputs but
+        as such a factor), or `None`; an output with two such factors has none (they
+        scale it together)."""
+        elsewhere = set()
+        for e in (*self.rates, *(v for _, v in self.initial), *(v for _, v in self.rules),
+                  *self.switches):  # fmt: skip
+            elsewhere |= symbols_of(e)
+        for tau, assignments, _ in (*self.events, *self.triggered):
+            elsewhere |= symbols_of(tau).union(*(symbols_of(v) for _, v in assignments))
+        names = set(self.parameters.names) - elsewhere
+        factors = [{s for s in symbols_of(e) & names if _is_factor(e, s)} for e in self.observables]
+        # a parameter that is a factor of one output must be one wherever it appears
+        for e, found in zip(self.observables, factors):
+            names -= symbols_of(e) - found
+        return tuple(
+            next(iter(f & names)) if len(f & names) == 1 and len(f) == 1 else None for f in factors
+        )
+
     def state_env(self, t, x, theta: ParameterValues) -> dict:
         env = self._env(t, theta)
         env.update(zip(self.state_ids, x))
@@ -286,6 +306,13 @@ def _of_state(names, state_ids, rules, exprs):
         return jnp.stack([zero + evaluate(e, env) for e in reduced])
 
     return jax.jit(fn, inline=True)
+
+
+def _is_factor(expr: sp.Expr, name: str) -> bool:
+    """Whether `expr` is `name` times an expression free of it."""
+    s = next(x for x in expr.free_symbols if x.name == name)  # (with its assumptions)
+    rest = sp.diff(expr, s)
+    return s not in rest.free_symbols and sp.expand(expr - s * rest) == 0
 
 
 def initial_value(state: str) -> str:

@@ -213,6 +213,15 @@ class AbstractModel(eqx.Module):
         only from the formulas themselves."""
         return None
 
+    def output_scalings(self) -> tuple[str | None, ...] | None:
+        """Per output, the name of the parameter that multiplies it (`y = s h`, `h` free
+        of `s`) and enters nothing else: not the dynamics, the initial state, another
+        output but as such a factor, nor a noise model; else `None` (the default:
+        none). A hierarchical fit (`ji.FisherLM(hierarchical=True)`) solves for such
+        scalings in closed form. A model read from SBML finds them in its formulas; a
+        hand-written one may declare them, from its formulas alone."""
+        return None
+
 
 class ODEModel(AbstractModel):
     """An ODE model `x' = f(t, x, theta)`, `x(t0) = x0(theta)`, `y = h(t, x, theta)`.

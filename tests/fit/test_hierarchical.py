@@ -1,0 +1,228 @@
+"""Hierarchical fits (observable scalings solved in closed form) against SciPy on a
+closed form: `y = s exp(-k t)`, with data on a linear or a log10 scale, two experiments
+sharing the scaling. The profile's value and gradient, its Fisher information (the
+Schur complement), a scaling clipped at its bound, the fits with both optimizers, the
+detection in SBML formulas, and the refusals."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize as so
+from helpers import write_petab
+from models_for_tests import Decay
+
+import jaxident as ji
+from jaxident._fit import _hierarchical as hierarchical
+from jaxident._fit._multistart import filled, objective
+
+
+SIGMA = 0.02
+T = np.linspace(0.5, 6.0, 12)
+
+
+class ScaledDecay(ji.ODEModel):
+    """`y = s exp(-k t)`; `s` multiplies the output and enters nothing else."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "s"], [0.5, 1.0], [0.05, 0.01], [2.0, 100.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(T))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1)
+
+    def output(self, t, x, th):
+        return th.s * x[0]
+
+    def output_scalings(self):
+        return ("s",)
+
+
+def _data(transform):
+    rng = np.random.default_rng(5)
+    y = 3.0 * np.exp(-0.4 * T)
+    if transform == "log10":
+        return [y * 10 ** (SIGMA * rng.standard_normal(T.size)) for _ in range(2)]
+    return [y + SIGMA * rng.standard_normal(T.size) for _ in range(2)]
+
+
+def _problem(transform="lin", s_bounds=(0.01, 100.0)):
+    params = ji.Parameters(["k", "s"], [0.5, 1.0], [0.05, s_bounds[0]], [2.0, s_bounds[1]])
+    experiments = [ji.Experiment(T, d[:, None], SIGMA, name=f"e{i}")
+                   for i, d in enumerate(_data(transform))]  # fmt: skip
+    return ji.Problem(ScaledDecay(parameters=params), experiments, transforms=[transform])
+
+
+def _nll(k, s, transform):
+    """The full negative log-likelihood in NumPy (PEtab's, constants included)."""
+    h = np.exp(-k * T)
+    out = 0.0
+    for d in _data(transform):
+        if transform == "log10":
+            r = (np.log10(s * h) - np.log10(d)) / SIGMA
+            out += np.sum(np.log(d * np.log(10)))  # the log-transformation's Jacobian
+        else:
+            r = (s * h - d) / SIGMA
+        out += 0.5 * r @ r + T.size * np.log(np.sqrt(2 * np.pi) * SIGMA)
+    return out
+
+
+def _profile(k, transform, bounds=(0.01, 100.0)):
+    fit = so.minimize_scalar(lambda s: _nll(k, s, transform), bounds=bounds, method="bounded",
+                             options={"xatol": 1e-13})  # fmt: skip
+    return fit.fun, fit.x
+
+
+@pytest.mark.parametrize("transform", ["lin", "log10"])
+def test_the_profile_over_the_scaling_against_scipy(transform):
+    """The hierarchical cost at `k` is the full cost minimised over `s` (SciPy's bounded
+    scalar minimisation of the NumPy likelihood), the filled-in `s` its minimiser, and
+    the gradient in `k` the profile's central difference."""
+    problem = _problem(transform)
+    inner = hierarchical.scalings(problem)
+    assert inner.index == (1,) and inner.transform == (transform,)
+    integ = ji.Integrator(rtol=1e-11, atol=1e-13)
+    for k in (0.2, 0.4, 1.1):
+        theta = np.array([k, 1.0])
+        want, s = _profile(k, transform)
+        f = objective(problem, theta, integ, False, inner)
+        np.testing.assert_allclose(f, want, rtol=1e-9)
+        np.testing.assert_allclose(filled(problem, theta, integ, inner)[1], s, rtol=1e-6)
+        _, g, _ = objective(problem, theta, integ, True, inner)
+        h = 1e-5
+        fd = (_profile(k + h, transform)[0] - _profile(k - h, transform)[0]) / (2 * h)
+        np.testing.assert_allclose(g[0], fd, rtol=1e-5)
+        assert g[1] == 0.0
+
+
+def test_the_fisher_information_is_the_schur_complement():
+    """`F_kk - F_ks^2 / F_ss` from the closed-form derivatives (`dy/dk = -s t e^{-kt}`,
+    `dy/ds = e^{-kt}`, over sigma, both experiments); with `s` clipped at a bound the
+    scaling is held: `F_kk`."""
+    integ = ji.Integrator(rtol=1e-11, atol=1e-13)
+    k = 0.6
+    for bounds in ((0.01, 100.0), (0.01, 1.0)):
+        problem = _problem("lin", bounds)
+        inner = hierarchical.scalings(problem)
+        _, s = _profile(k, "lin", bounds)
+        e = np.exp(-k * T)
+        Jk = np.tile(-s * T * e / SIGMA, 2)
+        Js = np.tile(e / SIGMA, 2)
+        inside = s < bounds[1] - 1e-4  # (the bounded search ends within its xatol)
+        want = Jk @ Jk - ((Jk @ Js) ** 2 / (Js @ Js) if inside else 0.0)
+        _, _, H = objective(problem, np.array([k, 1.0]), integ, True, inner)
+        np.testing.assert_allclose(H[0, 0], want, rtol=1e-7)
+        np.testing.assert_array_equal(H[1], 0.0)
+    assert not inside and s == pytest.approx(1.0)  # the second box clips it
+
+
+def test_the_prediction_under_vmap_as_one_by_one():
+    problem = _problem("lin")
+    inner = hierarchical.scalings(problem)
+    integ = ji.Integrator(rtol=1e-10)
+    thetas = jnp.asarray([[0.2, 1.0], [0.5, 7.0], [1.3, 0.1]])
+
+    def one(th):
+        out, full, _ = hierarchical.prediction(problem, inner, th, integ, True)
+        return out.log_likelihood, out.jacobian, full
+
+    batched = jax.jit(jax.vmap(one))(thetas)
+    for i, th in enumerate(thetas):
+        single = jax.jit(one)(th)
+        for a, b in zip(batched, single):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-12, atol=1e-12)
+
+
+HIERARCHICAL = [ji.FisherLM(hierarchical=True), ji.Fides(hierarchical=True)]
+
+
+@pytest.mark.parametrize("optimizer", HIERARCHICAL, ids=["lm", "fides"])
+def test_hierarchical_fits_reach_the_least_squares_optimum(optimizer):
+    """Both optimizers, stepping in `k` alone, end at SciPy's least-squares optimum over
+    `(k, s)`, and report `s` too."""
+    problem = _problem("lin")
+    ref = so.least_squares(
+        lambda p: np.concatenate([(p[1] * np.exp(-p[0] * T) - d) / SIGMA for d in _data("lin")]),
+        [0.5, 1.0], xtol=1e-15, ftol=1e-15,
+    ).x  # fmt: skip
+    fits = ji.estimate(problem, starts=np.array([[0.1, 1.0], [1.8, 50.0], [0.9, 0.02]]),
+                       optimizer=optimizer, progress=False)  # fmt: skip
+    assert fits.n_at_best == 3
+    np.testing.assert_allclose(np.asarray(fits.best), ref, rtol=1e-6)
+    np.testing.assert_allclose(fits.best_nll, _nll(*ref, "lin"), rtol=1e-7)  # (rtol 1e-8)
+
+
+def test_hierarchical_without_scalings_is_refused():
+    problem = ji.Problem.from_model(Decay(), np.ones((12, 1)), np.linspace(0.5, 6.0, 12), 0.1)
+    with pytest.raises(ValueError, match="has no observable scalings to solve for"):
+        ji.estimate(problem, starts=2, optimizer=ji.FisherLM(hierarchical=True), progress=False)
+
+
+def test_scalings_found_in_sbml_formulas(tmp_path):
+    """Fujita's three `observableParameter1_*` multiply whole observables; Schwen's
+    scalings multiply an observable with an offset inside (`s (IR1 + IR1in + o)`), on a
+    log10 scale; Boehm has none. A placeholder that the noise formula uses as well is no
+    scaling."""
+    found = {}
+    for name in ("fujita", "schwen", "boehm"):
+        problem = ji.petab.load(ji.data.petab_problem(name))
+        inner = hierarchical.scalings(problem)
+        names = problem.parameters.names
+        found[name] = None if inner is None else [names[j] for j in inner.index]
+    assert found["fujita"] == ["scaling_pAkt_tot", "scaling_pEGFR_tot", "scaling_pS6_tot"]
+    assert found["boehm"] is None and len(found["schwen"]) >= 1
+    head = "observableId\tobservableFormula\tnoiseFormula\n"
+    scaled = "obs_X\tobservableParameter1_obs_X * X\tnoiseParameter1_obs_X"
+    pars = "s\tlog10\t0.1\t10\t1\t1\n"
+    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\t"
+    meas += "observableParameters\tnoiseParameters\n"
+    meas += "".join(f"obs_X\tc0\t{v}\t{t}\ts\t0.1\n" for t, v in ((1.0, 0.9), (2.0, 0.5)))
+    found = []
+    for folder, noise in (("a", "\n"), ("b", " * observableParameter1_obs_X\n")):
+        path = write_petab(tmp_path / folder, observables=head + scaled + noise,
+                           measurements=meas, extra_parameters=pars)  # fmt: skip
+        found.append(hierarchical.scalings(ji.petab.load(path)))
+    assert found[0] is not None and found[1] is None
+
+
+def test_a_scaling_solved_at_its_bound_is_reported_so():
+    """The data want `s` near 3.8; in a box up to 1 the solved scaling ends on the bound
+    and the fit says so, as for a stepped parameter."""
+    fits = ji.estimate(_problem("lin", (0.01, 1.0)), starts=np.array([[0.3, 0.5]]),
+                       optimizer=ji.FisherLM(hierarchical=True), progress=False)  # fmt: skip
+    assert np.asarray(fits.best)[1] == pytest.approx(1.0)
+    assert np.asarray(fits.at_bound)[0].tolist() == [False, True]
+
+
+def test_cli_fit_hierarchical(tmp_path, capsys):
+    """`jaxident fit problem.yaml --hierarchical`: the same best fit as the plain one,
+    every parameter reported; on a problem without a scaling, one line says so (exit
+    status 2)."""
+    import json
+
+    from jaxident import cli
+
+    obs = "observableId\tobservableFormula\tnoiseFormula\n"
+    obs += "obs_X\tobservableParameter1_obs_X * X\t0.1\n"
+    y = [0.9, 1.2, 1.5, 1.3, 0.9, 0.65, 0.45, 0.3]
+    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\tobservableParameters\n"
+    meas += "".join(f"obs_X\tc0\t{2 * v}\t{t}\ts\n" for t, v in zip(np.linspace(0.5, 4, 8), y))
+    path = str(write_petab(tmp_path / "p", observables=obs, measurements=meas,
+                           extra_parameters="s\tlog10\t0.1\t10\t1\t1\n"))  # fmt: skip
+    best = []
+    for flags in (["--hierarchical"], []):
+        js = tmp_path / "fit.json"
+        argv = ["fit", path, "--starts", "4", *flags, "--json", str(js), "--quiet"]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        best.append(json.loads(js.read_text())["best"])
+    assert set(best[0]) == set(best[1]) and "s" in best[0]
+    for name in best[0]:
+        assert best[0][name] == pytest.approx(best[1][name], abs=1e-3), name
+    plain = str(write_petab(tmp_path / "q"))
+    assert cli.main(["fit", plain, "--starts", "2", "--hierarchical", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no observable scalings to solve for" in err
