@@ -601,9 +601,9 @@ def _fit_flags(parser, when: str) -> None:
     parser.add_argument(
         "--hierarchical",
         action="store_true",
-        help="solve the observable scalings (parameters that multiply whole observables "
-        "and enter nothing else) in closed form at every step; the optimizer steps in the "
-        "other parameters",
+        help="solve the observable scalings and noise scales (parameters that multiply whole "
+        "observables or noise levels and enter nothing else) in closed form at every step; "
+        "the optimizer steps in the other parameters",
     )
 
 

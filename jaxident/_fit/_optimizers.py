@@ -35,9 +35,9 @@ class AbstractOptimizer(eqx.Module):
         found = scalings(problem)
         if found is None:
             raise ValueError(
-                f"hierarchical=True: {problem.name or 'the problem'} has no observable "
-                "scalings to solve for (an estimated parameter that multiplies whole "
-                "observables with normal noise and enters nothing else)."
+                f"hierarchical=True: {problem.name or 'the problem'} has no scalings to "
+                "solve for (an estimated parameter that multiplies whole observables with "
+                "normal noise, or whole noise levels, and enters nothing else)."
             )
         return found
 
@@ -57,12 +57,13 @@ class FisherLM(AbstractOptimizer):
     every `free` mask share it), and `batch=` fits starts side by side. `rtol`: the
     relative decrease of the cost over two steps below which it stops.
 
-    `hierarchical=True` (either optimizer): the observable scalings (parameters that
-    multiply whole observables with normal noise and enter nothing else: found in SBML
-    formulas, declared by a hand-written model's `output_scalings()`) are solved in
-    closed form at every evaluation (Loos et al. 2018, as pyPESTO's hierarchical
-    optimization), so the optimizer steps in the other parameters alone; the estimate
-    reports every parameter (`_fit/_hierarchical.py`)."""
+    `hierarchical=True` (either optimizer): the observable scalings and noise scales
+    (parameters that multiply whole observables with normal noise, or whole noise
+    levels, and enter nothing else: found in SBML formulas, declared by a hand-written
+    model's `output_scalings()`) are solved in closed form at every evaluation (Loos et
+    al. 2018, as pyPESTO's hierarchical optimization), so the optimizer steps in the
+    other parameters alone; the estimate reports every parameter
+    (`_fit/_hierarchical.py`)."""
 
     rtol: float = 1e-8
     hierarchical: bool = False

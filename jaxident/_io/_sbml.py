@@ -222,12 +222,14 @@ class SBMLModel(ODEModel):
             elsewhere |= symbols_of(tau).union(*(symbols_of(v) for _, v in assignments))
         names = set(self.parameters.names) - elsewhere
         factors = [{s for s in symbols_of(e) & names if _is_factor(e, s)} for e in self.observables]
-        # a parameter that is a factor of one output must be one wherever it appears
-        for e, found in zip(self.observables, factors):
-            names -= symbols_of(e) - found
-        return tuple(
-            next(iter(f & names)) if len(f & names) == 1 and len(f) == 1 else None for f in factors
-        )
+        while True:  # each output is its one factor's, and a factor scales only its outputs
+            owner = [next(iter(f & names)) if len(f & names) == 1 else None for f in factors]
+            wrong = {
+                n for e, o in zip(self.observables, owner) for n in symbols_of(e) & names if n != o
+            }
+            if not wrong:
+                return tuple(owner)
+            names -= wrong
 
     def state_env(self, t, x, theta: ParameterValues) -> dict:
         env = self._env(t, theta)

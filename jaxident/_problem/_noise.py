@@ -44,6 +44,15 @@ class Noise(Choice):
         """`d(-ln p)/d ln sigma` at fixed output: `1 - r^2` or `1 - |r|`."""
         return 1.0 - (r**2 if self is Noise.normal else xp.abs(r))
 
+    def scale_at_optimum(self, u: ArrayLike, where: ArrayLike, xp: ModuleType = np) -> ArrayLike:
+        """The factor `c` of the noise level that maximizes the likelihood of residuals
+        `u / c` over `where` (`u`: the residuals at `c = 1`): `sqrt(mean u^2)` (normal),
+        `mean |u|` (Laplace)."""
+        n = xp.maximum(xp.sum(where), 1).astype(u.dtype)
+        if self is Noise.normal:
+            return xp.sqrt(xp.sum(xp.where(where, u**2, 0.0)) / n)
+        return xp.sum(xp.where(where, xp.abs(u), 0.0)) / n
+
     @property
     def scale_information(self) -> float:
         """The Fisher information of `ln sigma` in one datum: 2 (normal) or 1
