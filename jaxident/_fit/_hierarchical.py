@@ -120,6 +120,18 @@ def scalings(problem: Problem) -> Scalings | None:
     )
 
 
+def only(inner: Scalings, free) -> Scalings | None:
+    """`inner` without the parameters that `free` (a mask) holds; where it holds a noise
+    scale, without any noise scale (a scaling's weights then hold the held one's value
+    beside a solved one's 1)."""
+    held_noise = any(not free[j] and not t for j, t in zip(inner.index, inner.transform))
+    keep = [g for g, (j, t) in enumerate(zip(inner.index, inner.transform))
+            if free[j] and (t or not held_noise)]  # fmt: skip
+    if not keep:
+        return None
+    return Scalings(*(tuple(part[g] for g in keep) for part in inner))
+
+
 def _padded(mask, width):
     out = np.zeros((mask.shape[0], width), bool)
     out[:, : mask.shape[1]] = mask

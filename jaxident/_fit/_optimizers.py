@@ -13,7 +13,7 @@ import numpy as np
 import optimistix as optx
 
 from .._problem._base import Problem
-from ._hierarchical import scalings
+from ._hierarchical import only, scalings
 from ._multistart import at_bound, filled, fit_batch, fit_once, objective
 
 
@@ -28,11 +28,17 @@ class AbstractOptimizer(eqx.Module):
     max_steps: eqx.AbstractClassVar[int]
     hierarchical: eqx.AbstractVar[bool]
 
-    def inner(self, problem: Problem):
-        """The scalings a hierarchical fit solves for in closed form, or `None`."""
+    def inner(self, problem: Problem, free=None):
+        """The scalings a hierarchical fit solves for in closed form, or `None`: those
+        among `free` (a parameter held by the caller, as a profile holds its own, is
+        held, not solved for)."""
         if not self.hierarchical:
             return None
         found = scalings(problem)
+        if found is not None and free is not None:
+            found = only(found, np.asarray(free, bool))
+            if found is None:
+                return None
         if found is None:
             raise ValueError(
                 f"hierarchical=True: {problem.name or 'the problem'} has no scalings to "
@@ -70,11 +76,11 @@ class FisherLM(AbstractOptimizer):
     max_steps: ClassVar[int] = 256
 
     def fit(self, problem, theta0, free, integrator, max_steps):
-        inner = self.inner(problem)
+        inner = self.inner(problem, free)
         return fit_once(problem, theta0, free, integrator, max_steps, self.rtol, inner)
 
     def fit_batch(self, problem, thetas, free, integrator, max_steps):
-        inner = self.inner(problem)
+        inner = self.inner(problem, free)
         return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol, inner)
 
 
@@ -152,7 +158,7 @@ class Fides(AbstractOptimizer):
 
     def fit(self, problem, theta0, free, integrator, max_steps):
         fides = _fides()
-        inner = self.inner(problem)
+        inner = self.inner(problem, free)
         free = np.array(free, bool)
         if inner is not None:  # the scalings are solved for, not stepped
             free[list(inner.index)] = False

@@ -276,3 +276,16 @@ def test_a_noise_scale_solved_with_the_scaling(noise):
         _, g, _ = objective(problem, theta, integ, True, inner)
         h = 1e-5
         np.testing.assert_allclose(g[0], (profile(k + h) - profile(k - h)) / (2 * h), rtol=1e-4)
+
+
+def test_profiles_with_a_hierarchical_optimizer():
+    """A profile holds its own parameter: profiling the scaling `s` holds it (it is not
+    solved for), profiling `k` solves `s` at each value; both equal the plain
+    optimizer's profiles, and `s`'s is not flat."""
+    problem = _problem("lin")
+    for name, values in (("s", np.linspace(2.5, 5.0, 4)), ("k", np.linspace(0.3, 0.5, 4))):
+        hier = ji.profile(problem, name, values, optimizer=ji.FisherLM(hierarchical=True),
+                          progress=False)  # fmt: skip
+        plain = ji.profile(problem, name, values, progress=False)
+        np.testing.assert_allclose(np.asarray(hier.cost), np.asarray(plain.cost), rtol=1e-7)
+        assert np.ptp(np.asarray(hier.cost)) > 1.0
