@@ -4,7 +4,6 @@ sharing the scaling. The profile's value and gradient, its Fisher information (t
 Schur complement), a scaling clipped at its bound, the fits with both optimizers, the
 detection in SBML formulas, and the refusals."""
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,18 +21,10 @@ SIGMA = 0.02
 T = np.linspace(0.5, 6.0, 12)
 
 
-class ScaledDecay(ji.ODEModel):
+class ScaledDecay(Decay):
     """`y = s exp(-k t)`; `s` multiplies the output and enters nothing else."""
 
     parameters: ji.Parameters = ji.Parameters(["k", "s"], [0.5, 1.0], [0.05, 0.01], [2.0, 100.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.asarray(T))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1)
 
     def output(self, t, x, th):
         return th.s * x[0]
