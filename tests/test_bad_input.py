@@ -398,7 +398,7 @@ class _Repel(_Decay):
         return theta.k * x
 
 
-@pytest.mark.parametrize("k", [1e-9, 0.3])
+@pytest.mark.parametrize("k", [1e-9, pytest.param(0.3, marks=pytest.mark.slow)])
 def test_a_repelling_fixed_point_is_no_steady_state(k):
     """`x' = k x`, `x(0) = 2`, `k > 0`: pre-equilibration and a measurement at t = inf
     returned x = 0 without a word where `k < rtol` (issue 51): the steady-state event

@@ -29,7 +29,7 @@ import numpy as np
 from .._model._base import AbstractModel
 from .._problem._base import Problem, unscale
 from .._problem._noise import Noise
-from .._problem._predict import _likelihood, _solved_outputs, PLAIN_ADJOINT
+from .._problem._predict import likelihood, PLAIN_ADJOINT, solved_outputs
 from .._problem._scale import Scale
 
 
@@ -203,7 +203,7 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
     given for them ignored), from one solve with them at 1; `theta` with them filled in;
     and which of them lie inside their bounds."""
     at_one = _at_one(problem, inner, theta)
-    y, Y, ok, steps = _solved_outputs(problem, at_one, integrator, jacobian, PLAIN_ADJOINT)
+    y, Y, ok, steps = solved_outputs(problem, at_one, integrator, jacobian, PLAIN_ADJOINT)
     m = problem.n_observables
     h = y[..., :m]
     c = problem.sigma
@@ -222,7 +222,7 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
             dlin = jax.grad(lambda v, sc=problem.scales[j]: Scale(sc).inverse(v, jnp))(fitted[j])
             col = jnp.where(jnp.asarray(inner.mask[g])[:, None, :rows], y * dlin, 0.0)
             Y = Y.at[..., j].set(col)
-    out = _likelihood(problem, y * scale, Y, ok, steps, jacobian)
+    out = likelihood(problem, y * scale, Y, ok, steps, jacobian)
     return out, fitted, inside
 
 

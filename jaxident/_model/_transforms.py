@@ -50,6 +50,11 @@ class AbstractTransformedModel(AbstractModel):
         matter), the base's where it keeps them (`AbstractSameParameters`)."""
         return None
 
+    def output_scalings(self):
+        """As `parameter_dependence`: none through a transform that maps the
+        parameters, the base's where it keeps them."""
+        return None
+
 
 class AbstractSameParameters(AbstractTransformedModel):
     """A transform that keeps the base's parameters and initial time."""
@@ -60,6 +65,9 @@ class AbstractSameParameters(AbstractTransformedModel):
 
     def parameter_dependence(self):
         return self.base.parameter_dependence()
+
+    def output_scalings(self):
+        return self.base.output_scalings()
 
     @property
     def t0(self):

@@ -143,11 +143,11 @@ def predict_kernel(
     takes Jacobians by `jax.jacfwd`. `error_mode` (equinox's, see `on_error_mode`) only
     keys the compilation cache: called from the host the kernel is compiled with the
     libraries' checks as NaN (no host callbacks; its `ok` flags report failures)."""
-    y, Y, ok, steps = _solved_outputs(problem, theta, integrator, jacobian, adjoint)
-    return _likelihood(problem, y, Y, ok, steps, jacobian)
+    y, Y, ok, steps = solved_outputs(problem, theta, integrator, jacobian, adjoint)
+    return likelihood(problem, y, Y, ok, steps, jacobian)
 
 
-def _solved_outputs(problem, theta, integrator, jacobian, adjoint):
+def solved_outputs(problem, theta, integrator, jacobian, adjoint):
     """Every experiment's outputs `(e, n, outputs)` (and noise outputs), with their
     derivatives along the problem's parameters where `jacobian`, each experiment solved
     by its kind (transient or steady-state measurements, pre-equilibrated or not), its
@@ -206,7 +206,7 @@ def _solved_outputs(problem, theta, integrator, jacobian, adjoint):
     return y, Y, ok, steps
 
 
-def _likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
+def likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
     """The prediction from the solved outputs: the observables' residuals on their
     transformed scales over the noise, the log-likelihood, and where `jacobian` the
     weighted residuals' Jacobian (and the noise rows of a noise model with

@@ -128,7 +128,10 @@ def test_the_prediction_under_vmap_as_one_by_one():
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-12, atol=1e-12)
 
 
-HIERARCHICAL = [ji.FisherLM(hierarchical=True), ji.Fides(hierarchical=True)]
+HIERARCHICAL = [
+    ji.FisherLM(hierarchical=True),
+    pytest.param(ji.Fides(hierarchical=True), marks=pytest.mark.slow),
+]
 
 
 @pytest.mark.parametrize("optimizer", HIERARCHICAL, ids=["lm", "fides"])
@@ -269,6 +272,7 @@ def test_a_noise_scale_solved_with_the_scaling(noise):
         np.testing.assert_allclose(g[0], (profile(k + h) - profile(k - h)) / (2 * h), rtol=1e-4)
 
 
+@pytest.mark.slow  # two profiles, each a compiled fit per value (about 25 s)
 def test_profiles_with_a_hierarchical_optimizer():
     """A profile holds its own parameter: profiling the scaling `s` holds it (it is not
     solved for), profiling `k` solves `s` at each value; both equal the plain

@@ -83,8 +83,15 @@ _CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(_CASES))
-@pytest.mark.parametrize("reverse", [False, True], ids=["file order", "reversed"])
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c == "execution time" else c for c in _CASES],
+)
+@pytest.mark.parametrize(
+    "reverse",
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # (reversed: each a new compile)
+    ids=["file order", "reversed"],
+)
 def test_events_at_one_time_run_as_sbml_says(case, reverse, tmp_path):
     """Events at one time against libroadrunner, whatever their order in the file:
     before, they ran in file order, each in the state the one before left, and a

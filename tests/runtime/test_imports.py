@@ -24,6 +24,8 @@ ALLOWED_INSIDE = {
     ("jaxident._fit._optimizers", "fides"),
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
+    ("jaxident.plot", "matplotlib.patches"),
+    ("jaxident._io._petab", "libsbml"),
 }
 # the layers, bottom first: a module of a layer imports modules of its own layer and
 # the ones before it (the public modules above them all: `jaxident`, `petab`, `cli`,
