@@ -22,7 +22,6 @@ the solved parameters that lie inside their bounds."""
 
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -219,7 +218,7 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
         # d(v u)/dtheta = v du/dtheta for the others; for the solved v, u dv/dtheta_v
         Y = Y * scale[..., None]
         for g, j in enumerate(inner.index):
-            dlin = jax.grad(lambda v, sc=problem.scales[j]: Scale(sc).inverse(v, jnp))(fitted[j])
+            dlin = Scale(problem.scales[j]).inverse_derivative(fitted[j], jnp)
             col = jnp.where(jnp.asarray(inner.mask[g])[:, None, :rows], y * dlin, 0.0)
             Y = Y.at[..., j].set(col)
     out = likelihood(problem, y * scale, Y, ok, steps, jacobian)

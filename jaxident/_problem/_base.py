@@ -45,6 +45,13 @@ def unscale(values: ArrayLike, scales: Sequence[str]) -> Array:
     return jnp.stack(out) if out else values
 
 
+def unscale_derivative(values: ArrayLike, scales: Sequence[str]) -> Array:
+    """The diagonal of `unscale`'s Jacobian: `d lin / d value` for each parameter."""
+    values = jnp.asarray(values)
+    out = [Scale(s).inverse_derivative(v, jnp) for v, s in zip(jnp.unstack(values), scales)]
+    return jnp.stack(out) if out else values
+
+
 def to_scale(values, scales: Sequence[str]) -> np.ndarray:
     values = np.asarray(values, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -22,7 +22,7 @@ from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state, why_no_steady_state
-from ._base import Problem, unscale
+from ._base import Problem, unscale, unscale_derivative
 from ._noise import Noise, per_output
 
 
@@ -49,7 +49,7 @@ def _model_theta(problem: Problem, theta: Array, source, constant):
     """The model's parameter vector per experiment, and its derivative with respect to
     the problem's parameters on their estimation scale."""
     lin = unscale(theta, problem.scales)
-    dlin = jax.jacfwd(lambda t: unscale(t, problem.scales))(theta).diagonal()
+    dlin = unscale_derivative(theta, problem.scales)
     src = jnp.asarray(source)
     idx = jnp.maximum(src, 0)
     mapped = src >= 0

@@ -39,6 +39,13 @@ class Scale(Choice):
             return v
         return xp.exp(v) if self is Scale.log else 10.0**v
 
+    def inverse_derivative(self, v: ArrayLike, xp: ModuleType = np) -> ArrayLike:
+        """`d h^-1(v) / dv`: how fast the quantity moves with its value on this scale
+        (`1`, `e^v` or `10^v ln 10`); the chain-rule factor of an estimation scale."""
+        if self is Scale.lin:
+            return xp.ones_like(v)
+        return xp.exp(v) if self is Scale.log else 10.0**v * _LN10
+
     def derivative(self, x: ArrayLike, xp: ModuleType = np) -> ArrayLike:
         """`h'(x)`: `1`, `1/x` or `1/(x ln 10)`."""
         if self is Scale.lin:

@@ -108,15 +108,21 @@ def test_scale_against_closed_forms_and_differences(scale):
     np.testing.assert_allclose(scale.log_jacobian(x), -np.log(scale.derivative(x)), rtol=1e-14)
     per = np.array([scale.per_log_unit(v) for v in x])
     np.testing.assert_allclose(per, x * scale.derivative(x), rtol=1e-14)
+    v = scale.forward(x)  # d h^-1/dv = 1 / h'(h^-1(v)), and against central differences
+    np.testing.assert_allclose(scale.inverse_derivative(v), 1.0 / scale.derivative(x), rtol=1e-14)
+    fd = (scale.inverse(v + 1e-6) - scale.inverse(v - 1e-6)) / 2e-6
+    np.testing.assert_allclose(scale.inverse_derivative(v), fd, rtol=1e-8)
     on_device = jax.jit(
         lambda v: (
             scale.forward(v, jnp),
             scale.inverse(v, jnp),
             scale.derivative(v, jnp),
             scale.log_jacobian(v, jnp),
+            scale.inverse_derivative(v, jnp),
         )
     )(jnp.asarray(x))
-    host = (scale.forward(x), scale.inverse(x), scale.derivative(x), scale.log_jacobian(x))
+    host = (scale.forward(x), scale.inverse(x), scale.derivative(x), scale.log_jacobian(x),
+            scale.inverse_derivative(x))  # fmt: skip
     for a, b in zip(on_device, host):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-14)
     assert scale == scale.value and ji.Scale(scale.value) is scale and f"{scale}" == scale.value
