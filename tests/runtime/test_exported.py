@@ -250,6 +250,35 @@ def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
     assert "callback" in before and "callback" not in inside and "callback" in after
 
 
+
+def test_why_the_equinox_hook_is_still_needed():
+    """`_runtime/_equinox.py` reaches into equinox's private error machinery for one
+    reason: diffrax checks `SaveAt(ts=...)` with an `error_if` whatever `throw` says,
+    so a solve at traced observation times (every kernel's) is a host callback, which
+    `jax.export` cannot serialize and JAX's persistent cache does not store. Inside
+    `callback_free` the check is traced as NaN. When this test fails because the plain
+    trace has no callback, diffrax no longer forces it: delete `_equinox.py` and
+    `checks_as_nan`, and keep `throw=False` on every library call."""
+    import diffrax
+
+    from jaxident._runtime._context import callback_free
+
+    def solve(ts):
+        term = diffrax.ODETerm(lambda t, y, args: -y)
+        return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(()),
+                                   saveat=diffrax.SaveAt(ts=ts), throw=False).ys  # fmt: skip
+
+    ts = jnp.linspace(0.1, 1.0, 4)
+    plain = str(jax.make_jaxpr(solve)(ts))
+    with callback_free(ts):
+        inside = str(jax.make_jaxpr(lambda t: solve(t) + 0.0)(ts))  # a fresh trace
+    assert "callback" in plain, "diffrax no longer checks saveat.ts: remove _equinox.py"
+    assert "callback" not in inside
+    exported = jax.export.export(jax.jit(solve))
+    with pytest.raises(Exception, match="host_callback|callback"):
+        exported(ts)
+
+
 _PROCESS = textwrap.dedent(
     """
     import json, sys, jax
