@@ -279,7 +279,7 @@ def estimate(
     bounds: bool | tuple = False,
     max_steps: int | None = None,
     integrator: Integrator | None = None,
-    throw: bool = True,
+    throw: bool | None = None,
     batch: int | None = None,
     optimizer: AbstractOptimizer | None = None,
     out: str | os.PathLike | None = None,
@@ -340,12 +340,13 @@ def estimate(
       estimates stay inside. Parameters with an infinite bound are left unconstrained.
     - `max_steps`: iteration cap of the solver (default 256; a problem's: the
       optimizer's `max_steps`, 256 and fides' 1,000).
-    - `throw`: raise when the solve did not converge (default); else see `result`.
+    - `throw`: raise when the solve did not converge (default, on a concrete call);
+      under `jit` or `vmap` the status is in `result` unless `throw=True`.
 
     **Returns:** an `Estimate` with its status, standard errors and confidence
     intervals. Jittable, and vmappable over `data`, `theta0`, `free` and `sigma` (a
-    batch of data sets); under a trace a failure with `throw=True` is a run-time error,
-    so use `throw=False` under `vmap`.
+    batch of data sets); under a trace a failure is a status (`ok`, `result`), or
+    with `throw=True` a run-time error.
 
     **Example:**
 
@@ -378,7 +379,7 @@ def estimate(
                                 integrator=integrator,
                                 progress=progress, batch=batch, free=free,
                                 optimizer=optimizer, out=out)  # fmt: skip
-        if throw and not np.isfinite(fits.best_nll):
+        if throw is not False and not np.isfinite(fits.best_nll):
             raise RuntimeError(_every_fit_failed(problem, fits, integrator))
         return fits
     if batch is not None or optimizer is not None or out is not None:
@@ -390,13 +391,15 @@ def estimate(
         raise TypeError("Give the data to estimate from.")
     problem = LeastSquares.build(model, data, times, theta0, sigma, bounds, integrator)
     est = problem.fit(problem.theta0, free, solver, 256 if max_steps is None else max_steps)
-    if throw and is_traced(est):  # under a caller's jit or vmap: checked at run time
+    if throw is True and is_traced(est):  # asked to check under a caller's trace
         return eqx.error_if(
             est,
             ~est.ok,
             "Estimation failed: the solver did not converge or the model could not be "
             "solved near the estimate (use throw=False and read .message).",
         )
-    if throw and not bool(est.ok):
+    if is_traced(est) or throw is False:
+        return est
+    if not bool(est.ok):
         raise RuntimeError(f"Estimation failed: {est.message}.\n{est!r}")
     return est

@@ -52,8 +52,9 @@ def select_parameters(
       threshold gives a `NearThresholdWarning`.
     - `k`: the number of identifiable parameters, overriding `rank` (an integer in
       `[0, p]`; a traced `k` under `jit` is clipped to that range).
-    - `throw`: raise on failure (non-finite `S`, singular `R11`); default `True`,
-      `False` inside `ji.sweep`.
+    - `throw`: raise on failure (non-finite `S`, singular `R11`): by default on a
+      concrete call, a status under `jit`, `vmap` or `ji.sweep` (`True`: raise there
+      too; `False`: never).
     - `equilibrate`: `True` (default): the rank rule sees the equilibrated matrix, as
       above; `False`: the singular values of `S` as given, the convention of Pearce et
       al. (2022) and their code. The two differ where the columns' norms differ by

@@ -20,7 +20,7 @@ from .._model._nonsmooth import directions_matrix, ld_jvp
 from .._model._transforms import fix_parameters
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
-from .._runtime._context import clean_errors, on_error_mode, resolve_throw, run_kernel
+from .._runtime._context import clean_errors, on_error_mode, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
@@ -490,7 +490,7 @@ def lserc(
         jnp.asarray(D),
         integrator,
         method,
-        throw=resolve_throw(throw),
+        throw=throw,
         message=lambda out: outputs.message(out[3]),
     )
     _warn_near_threshold(rank, ref, params.p, kinds)

@@ -18,7 +18,7 @@ from .._model._base import AbstractModel, DAEModel, Integrator, ODEModel
 from .._model._checks import check_model, check_theta, n_outputs
 from .._model._transforms_state import free_initial_state
 from .._runtime._choice import Choice
-from .._runtime._context import clean_errors, resolve_throw, run_kernel
+from .._runtime._context import clean_errors, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 
 
@@ -296,7 +296,7 @@ def perturbation_analysis(
         key,
         int(q),
         P,
-        throw=resolve_throw(None),
+        throw=None,
         message=lambda out: failure_message(target, out[-1]),
     )
     _warn_if_small_gap(worst.sigma)

@@ -26,7 +26,7 @@ from jaxtyping import Array
 from tqdm.auto import tqdm
 
 from .._runtime._config import compiler_options, version
-from .._runtime._context import no_throw
+from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
 from ._sweep_files import LazyFingerprint, read_parts, ResultFiles, unset
 
@@ -170,7 +170,7 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
 
     split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
-    with no_throw():
+    with checks_as_nan():
         jitted = jax.jit(chunk, in_shardings=(replicated, split), out_shardings=split)
         lowered = jitted.lower(arrays, first)
         compiled = lowered.compile(compiler_options(platform))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._runtime._context import clean_errors, resolve_throw, run_kernel
+from .._runtime._context import clean_errors, run_kernel
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
 from ._dependence import dependence
@@ -177,8 +177,7 @@ def select_columns(
     name for warnings, `units` those of the columns for the "no effect" decision,
     `decide` whether to record `ji.linalg.dependence` (default: where `k` is not
     given)."""
-    throw = resolve_throw(throw)
-    if throw:
+    if throw is not False:
         raise_if_nonfinite(S)
     p = S.shape[1]
     if names is None:
@@ -281,9 +280,9 @@ def column_subset(
       `gamma2`, `tau` (default). `False` leaves them NaN and about halves the cost of a
       batched selection with `k` given.
     - `throw`: raise on a failed selection (non-finite input, singular `R11`, the swap cap
-      reached); default `True`, `False` inside `ji.sweep`. With `throw=False` the status
-      is in the result instead; use that under `vmap` so that one bad matrix does not
-      stop a batch.
+      reached): by default on a concrete call; under `jit`, `vmap` or `ji.sweep` the
+      status is in the result instead, so that one bad matrix does not stop a batch
+      (`True`: raise there too; `False`: never).
     - `equilibrate`: `False` applies `rank` to the singular values of `S` as given (the
       CSS paper's convention; see `ji.select_parameters`).
 
@@ -291,7 +290,7 @@ def column_subset(
     and a `RESULTS` status).
 
     **Raises:** `ValueError` for a matrix that is not 2-D or a `k` outside `[0, p]`;
-    an `EquinoxRuntimeError` when `throw=True` and the selection fails.
+    an `EquinoxRuntimeError` when the selection fails (see `throw`).
 
     **Example:**
 

@@ -254,13 +254,14 @@ def predict(
     *,
     jacobian: bool = False,
     integrator: Integrator | None = None,
-    throw: bool = True,
+    throw: bool | None = None,
 ) -> Prediction:
     """Simulate every experiment of `problem` at `theta` (on the estimation scale;
     default: nominal), with the weighted residuals, the PEtab log-likelihood and, with
     `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
-    naming the experiment (with `throw=False`, and under the caller's `jit`/`vmap`:
-    NaN and `ok = False`). Jittable and vmappable over `theta`."""
+    naming the experiment (with `throw=False`, and by default under the caller's
+    `jit`/`vmap`: NaN and `ok = False`; `throw=True` there is a run-time error).
+    Jittable and vmappable over `theta`."""
     theta = check_theta(problem, theta)
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):
@@ -268,7 +269,11 @@ def predict(
             predict_kernel, problem, theta, integrator, bool(jacobian), PLAIN_ADJOINT,
             on_error_mode(), optimize=solve_optimized(),
         )  # fmt: skip
-    if is_traced(out.ok) or not throw:  # failures are NaN and ok
+    if is_traced(out.ok):  # failures are NaN and ok, unless asked to raise
+        if throw is True:
+            return eqx.error_if(out, ~jnp.all(out.ok), "A solve failed (see .ok).")
+        return out
+    if throw is False:
         return out
     ok = np.asarray(out.ok)
     sigma = np.asarray(out.sigma)
@@ -345,7 +350,7 @@ def problem_sensitivity(
     theta: ArrayLike | Mapping | None = None,
     *,
     integrator: Integrator | None = None,
-    throw: bool = True,
+    throw: bool | None = None,
 ) -> Sensitivity:
     """The noise-weighted sensitivity matrix of a problem: one row per observed datum
     (experiments stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the

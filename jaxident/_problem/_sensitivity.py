@@ -14,7 +14,7 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
-from .._runtime._context import clean_errors, resolve_throw, run_kernel
+from .._runtime._context import clean_errors, run_kernel
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
     Sensitivity as Sensitivity,
@@ -93,7 +93,7 @@ def sensitivity(
                 "For a ji.Problem the rows are its data, weighted by their noise: give "
                 "neither times nor scale (the estimation scales are the problem's)."
             )
-        return problem_sensitivity(model, theta, integrator=integrator, throw=resolve_throw(throw))
+        return problem_sensitivity(model, theta, integrator=integrator, throw=throw)
     check_model(model)
     theta = check_theta(model, theta)
     times = check_times(model, times)
@@ -117,7 +117,7 @@ def sensitivity(
         times,
         integrator,
         scale,
-        throw=resolve_throw(throw),
+        throw=throw,
         message=lambda out: _sensitivity_message(model, scale, out),
         optimize=solve_optimized(),
     )
@@ -170,8 +170,9 @@ def sensitivity_matrix(
       `ji.SensitivityScale.relative` (or `"relative"`) for `(theta_j / y_i)
       dy_i/dtheta_j`, the scaled matrix `B_N` of Alberton et al. (2013), eq. (2).
     - `integrator`: solver and tolerances (default: the model's).
-    - `throw`: raise on a failed solve (default); inside `ji.sweep` failures become NaN
-      matrices with a per-sample flag instead.
+    - `throw`: raise on a failed solve (default, on a concrete call); under `jit`, `vmap`
+      or `ji.sweep` failures become NaN matrices with a per-sample flag instead, unless
+      `throw=True`; `False`: never raise.
 
     **Returns:** an `(n_times * n_outputs, p)` float64 array, rows in time-major order and
     columns in the order of `model.parameters.names`. Jittable and vmappable over `theta`.
@@ -307,7 +308,7 @@ def ld_sensitivity(
         M,
         first_is_direction,
         integrator,
-        throw=resolve_throw(throw),
+        throw=throw,
         message=lambda out: failure_message(model, out[-1]),
     )
     return LSensitivity(

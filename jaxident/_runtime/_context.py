@@ -1,12 +1,12 @@
-"""Whether run-time failures raise (the default) or are returned as flags and NaN.
-
-`ji.sweep` traces its function inside `no_throw()`, so that one failing sample does not
-stop a batch: the public entry points read this when `throw=None`, at trace time and
-outside their own `jit`, so the choice is part of what is compiled.
+"""Whether run-time failures raise, one convention for every entry point: `throw=None`
+(the default) raises on a call with concrete arguments, checked on the host after a
+kernel without host callbacks (`run_kernel`), and returns the failure as flags and NaN
+under a trace (a caller's `jit` or `vmap`, and `ji.sweep`, so that one failing sample
+does not stop a batch); `throw=True` raises under a trace too (an `error_if` in the
+kernel); `throw=False` never raises.
 """
 
 import contextlib
-import contextvars
 import functools
 import re
 
@@ -17,44 +17,32 @@ from . import _exported
 from ._equinox import checks_as_nan, on_error_mode as on_error_mode
 
 
-_THROW = contextvars.ContextVar("jaxident_throw", default=True)
-
-
-def resolve_throw(throw: bool | None) -> bool:
-    return _THROW.get() if throw is None else bool(throw)
-
-
 def is_traced(*trees) -> bool:
     """Whether any leaf of `trees` is a tracer (we are inside a caller's jit or vmap)."""
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees))
 
 
-# The `throw` of a kernel whose checks the host makes (see `run_kernel`): the kernel
-# emits no check and returns what the host needs for the message.
-DEFERRED = "deferred"
+def run_kernel(kernel, *args, throw: bool | None, message, optimize: bool = True):
+    """`kernel(*args, check)`, a compiled entry point, with the `throw` convention above.
 
-
-def run_kernel(kernel, *args, throw: bool, message, optimize: bool = True):
-    """`kernel(*args, throw)`, a compiled entry point, with its checks made on the host.
-
-    With `throw` and concrete arguments the kernel is called with `throw=DEFERRED`: it
-    emits no check of its own, and the checks of the libraries inside it are compiled as
-    NaN (which the kernel's status flags then report), so the program has no host
-    callback. JAX's persistent cache can store it, and a second process loads it instead
-    of compiling; `_exported.call` keeps it lowered as well, so that a second process
-    does not trace it either. `message(result)` then gives the error message of a
-    failed call (or `None`), raised here as an `EquinoxRuntimeError`. Without `throw`,
-    or under a caller's trace, the kernel runs as it is (its checks compiled in).
+    With concrete arguments the kernel is called with `check=False`: it emits no check
+    of its own, and the checks of the libraries inside it are compiled as NaN (which the
+    kernel's status flags then report), so the program has no host callback. JAX's
+    persistent cache can store it, and a second process loads it instead of compiling;
+    `_exported.call` keeps it lowered as well, so that a second process does not trace
+    it either. Unless `throw is False`, `message(result)` then gives the error message
+    of a failed call (or `None`), raised here as an `EquinoxRuntimeError`. Under a
+    caller's trace the kernel runs as it is, with `check=True` only for `throw=True`.
     `optimize=False` for a kernel that LLVM's passes do not speed up
     (`_config.compiler_options`).
 
     **Returns:** the kernel's result.
     """
-    if not throw or is_traced(args):
-        return kernel(*args, throw)
+    if is_traced(args):
+        return kernel(*args, throw is True)
     with checks_as_nan():
-        out = call_kept(kernel, *args, DEFERRED, optimize=optimize)
-    text = message(out)
+        out = call_kept(kernel, *args, False, optimize=optimize)
+    text = None if throw is False else message(out)
     if text:
         raise eqx.EquinoxRuntimeError(text)
     return out
@@ -91,21 +79,6 @@ def call_kept(kernel, *args, optimize: bool = True, device: jax.Device | None = 
         return out
     arrays, rest = eqx.partition(out, eqx.is_array)
     return eqx.combine(jax.device_put(arrays, home), rest)
-
-
-@contextlib.contextmanager
-def no_throw():
-    """Trace with `throw=False` for every entry point, and with the remaining equinox
-    checks (diffrax's own input checks, say) compiled as NaN instead of host callbacks
-    (equinox's `EQX_ON_ERROR=nan`): failures then become per-sample flags, and the
-    compiled program has no host callback, so JAX's persistent cache can store it. A
-    user's `EQX_ON_ERROR=breakpoint` is kept."""
-    token = _THROW.set(False)
-    try:
-        with checks_as_nan():
-            yield
-    finally:
-        _THROW.reset(token)
 
 
 _MESSAGE = re.compile(r"EquinoxRuntimeError: (.*?)\n\n-{5,}", re.DOTALL)

@@ -17,7 +17,7 @@ from .._model._base import AbstractModel, AlgebraicModel, DAEModel, Integrator, 
 from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
-from .._runtime._context import clean_errors, resolve_throw, run_kernel
+from .._runtime._context import clean_errors, run_kernel
 from ._rosenbrock import traced_once
 
 
@@ -646,14 +646,15 @@ def simulate(
     - `times`: observation times (default `model.times`), strictly increasing and not
       before `model.t0`.
     - `integrator`: an `Integrator` (default: the model's `integrator` class attribute).
-    - `throw`: raise when the solve fails (default `True`; inside `ji.sweep`, `False`, so
-      a failure becomes a per-sample flag).
+    - `throw`: raise when the solve fails: by default on a concrete call; under `jit`,
+      `vmap` or `ji.sweep` a failure is a flag (`ok`, NaN) unless `throw=True`;
+      `False`: never.
 
     **Returns:** a `Trajectory`. Jittable, vmappable over `theta`, differentiable.
 
     **Raises:** `ValueError` for wrong shapes, unknown names and non-finite values;
     an `EquinoxRuntimeError` naming the solver failure (step cap reached, step size
-    collapsed, NaN or inf) when `throw` is true.
+    collapsed, NaN or inf) as `throw` says.
     """
     check_model(model)
     theta = check_theta(model, theta)
@@ -665,7 +666,7 @@ def simulate(
         theta,
         times,
         integrator,
-        throw=resolve_throw(throw),
+        throw=throw,
         message=lambda out: failure_message(model, out[1]),
     )
     return traj

@@ -232,8 +232,11 @@ def test_bad_input():
     S[2, 1] = np.nan
     with pytest.raises(ValueError, match=r"NaN or inf at \(2, 1\)"):
         L.column_subset(S, k=1)
-    with pytest.raises(eqx.EquinoxRuntimeError, match="NaN or inf"):  # traced: at run time
-        eqx.filter_jit(lambda S: L.column_subset(S, k=1).perm)(S)
+    # under a trace: a status by default, a run-time error with throw=True
+    traced = eqx.filter_jit(lambda S: L.column_subset(S, k=1).result)(S)
+    assert traced == L.RESULTS.nonfinite_input
+    with pytest.raises(eqx.EquinoxRuntimeError, match="NaN or inf"):
+        eqx.filter_jit(lambda S: L.column_subset(S, k=1, throw=True).perm)(S)
     sel = L.column_subset(S, k=1, throw=False)
     assert sel.result == L.RESULTS.nonfinite_input
 

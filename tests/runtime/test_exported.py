@@ -55,7 +55,7 @@ def _decay(rate="1.0", speed="x", factor="1.0"):
 def _key(model, times=None, rtol=1e-8):
     times = model.times if times is None else times
     integrator = ji.Integrator(ji.Rodas4(), rtol=rtol)
-    args = (model, model.parameters.nominal, times, integrator, "none", "deferred")
+    args = (model, model.parameters.nominal, times, integrator, "none", False)
     return _exported._key(_sensitivity, args)
 
 
@@ -248,7 +248,6 @@ def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
         inside = traced()
     after = traced()
     assert "callback" in before and "callback" not in inside and "callback" in after
-
 
 
 def test_why_the_equinox_hook_is_still_needed():

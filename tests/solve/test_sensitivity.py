@@ -173,6 +173,27 @@ def test_solver_failure_is_reported_not_nan():
     assert bool(ok.ok) and np.all(np.isfinite(np.asarray(ok.matrix)))
 
 
+def test_one_throw_convention_on_the_host_under_jit_vmap_and_in_a_sweep():
+    """`throw=None` (the default) raises on a concrete call and is a per-sample flag under
+    a trace (here `vmap` over a failing and a good sample, and `ji.sweep`); `throw=True`
+    raises under a trace too; `throw=False` never. No context variable decides it."""
+    model = BlowUp()
+    thetas = jnp.array([[2.0], [0.2]])
+    for entry in (ji.simulate, ji.sensitivity):
+        out = jax.vmap(lambda th, f=entry: f(model, th))(thetas)
+        np.testing.assert_array_equal(np.asarray(out.ok), [False, True])
+        with pytest.raises(eqx.EquinoxRuntimeError):
+            eqx.filter_jit(lambda th, f=entry: f(model, th, throw=True))(thetas[0])
+    swept = ji.sweep(lambda th: ji.sensitivity(model, th), thetas, progress=False)
+    np.testing.assert_array_equal(np.asarray(swept.ok), [False, True])
+    assert np.all(np.isnan(np.asarray(swept.values.matrix[0])))
+    good = ji.sensitivity_matrix(model, thetas[1])
+    np.testing.assert_allclose(np.asarray(swept.values.matrix[1]), np.asarray(good), rtol=1e-12)
+    import jaxident._runtime._context as context
+
+    assert not any("ContextVar" in type(v).__name__ for v in vars(context).values())
+
+
 def test_max_steps_message():
     model = ji.models.load("svir")
     with pytest.raises(eqx.EquinoxRuntimeError, match="maximum number of solver steps"):
