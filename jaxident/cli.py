@@ -449,7 +449,6 @@ def _write(args, report: dict, figure) -> None:
 
 
 def cmd_analyze(args) -> int:
-    import jax
     import numpy as np
 
     import jaxident as ji
@@ -483,29 +482,7 @@ def cmd_analyze(args) -> int:
         s = ji.sensitivity(model, theta, scale=args.scale, integrator=integrator)
         return ji.select_parameters(s, method=method, rank=rank, k=args.k)
 
-    # the selection at the nominal values and at every sample by one compiled program:
-    # the nominal point is the sweep's first row
-    nominal = np.asarray(model.parameters.nominal, dtype=float)[None]
-    if args.samples:
-        samples = ji.latin_hypercube(jax.random.key(args.seed), model.parameters, args.samples)
-        t0 = time.perf_counter()
-        res = ji.sweep(
-            one,
-            np.concatenate([nominal, np.asarray(samples)]),
-            batch_size=args.batch_size,
-            progress=not args.quiet,
-            out_dir=args.out,
-            desc=f"{args.model}: nominal and {args.samples} LHS samples",
-        )
-        wall = time.perf_counter() - t0
-        if not res.ok[0]:
-            with answering_once():  # raises the solve's own error at the nominal values
-                one(nominal[0])
-        sel = jax.tree.map(lambda x: x[0], res.values)
-        values = jax.tree.map(lambda x: x[1:], res.values)
-    else:
-        with answering_once():  # this process ends with the answer: compile for it
-            sel = one(nominal[0])
+    sel, swept = _nominal_and_samples(args, model, one)
     about = ji.models.available().get(args.model.lower(), model.description or args.model)
     print(f"{title}: {about}")
     n_rows = len(np.asarray(model.times)) * n_outputs(model)
@@ -525,14 +502,47 @@ def cmd_analyze(args) -> int:
     report = {"model": args.model, "nominal": sel.to_dict(), "report": rep.to_dict()}
 
     freq = None
-    if args.samples:
-        freq, report["samples"] = _sample_summary(args, model, res, values, wall)
+    if swept is not None:
+        freq, report["samples"] = _sample_summary(args, model, *swept)
 
     from . import plot
 
     title = f"{args.model}: {type(method).__name__}"
     _write(args, report, lambda: plot.analysis(sel, freq, n=args.samples, title=title))
     return 0
+
+
+def _nominal_and_samples(args, model, one) -> tuple:
+    """The selection `one(theta)` at the nominal values and, with `--samples`, at every
+    Latin-hypercube sample, by one compiled program (the nominal point is the sweep's
+    first row). Returns the nominal selection and `(sweep, values, wall time)` of the
+    samples, or `None` without samples."""
+    import jax
+    import numpy as np
+
+    import jaxident as ji
+    from jaxident._runtime._config import answering_once
+
+    nominal = np.asarray(model.parameters.nominal, dtype=float)[None]
+    if not args.samples:
+        with answering_once():  # this process ends with the answer: compile for it
+            return one(nominal[0]), None
+    samples = ji.latin_hypercube(jax.random.key(args.seed), model.parameters, args.samples)
+    t0 = time.perf_counter()
+    res = ji.sweep(
+        one,
+        np.concatenate([nominal, np.asarray(samples)]),
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+        out_dir=args.out,
+        desc=f"{args.model}: nominal and {args.samples} LHS samples",
+    )
+    wall = time.perf_counter() - t0
+    if not res.ok[0]:
+        with answering_once():  # raises the solve's own error at the nominal values
+            one(nominal[0])
+    values = jax.tree.map(lambda x: x[1:], res.values)
+    return jax.tree.map(lambda x: x[0], res.values), (res, values, wall)
 
 
 def _sample_summary(args, model, res, values, wall) -> tuple:
@@ -613,7 +623,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("models", help="list the built-in models").set_defaults(func=cmd_models)
+    _analyze_parser(sub)
+    _fit_parser(sub)
+    return parser
 
+
+def _analyze_parser(sub) -> None:
     a = sub.add_parser(
         "analyze",
         help="which parameters of a model or a PEtab problem are identifiable",
@@ -695,6 +710,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 
+
+def _fit_parser(sub) -> None:
     f = sub.add_parser(
         "fit",
         help="maximum-likelihood estimation of a PEtab problem from many starts",
@@ -719,7 +736,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_fit)
-    return parser
 
 
 def main(argv=None) -> int:

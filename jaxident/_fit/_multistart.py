@@ -215,24 +215,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
 
     def body(s):
         theta, g, H = s.theta, s.g, s.H
-        # Moré's scaling (the running maximum of each curvature) with Nielsen's damping
-        # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
-        # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
-        # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
-        scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
-        # a parameter at a bound whose gradient points out of the box is held
-        held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0)) | ~free
-        both = held[:, None] | held[None, :]
-        damping = jnp.diag(jnp.where(held, 1.0, mu * D2))
-        gf = jnp.where(held, 0.0, g)
-        step = -jax.scipy.linalg.solve(jnp.where(both, 0.0, H) + damping, gf, assume_a="pos")
-        # the second phase's model, unless it is not a descent there (H + S indefinite)
-        HS = H + s.secant
-        step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
-        use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
-        step = jnp.where(use, step2, step)
-        model = jnp.where(use, HS, H)
-        trial = jnp.clip(theta + jnp.where(held, 0.0, step), lower, upper)
+        trial, model, held, scale2, D2, mu = _damped_step(s, lower, upper, free)
         d = trial - theta
         predicted = -(g @ d + 0.5 * d @ model @ d)
         f_new = nll(trial)
@@ -249,37 +232,9 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
         # (1.3e-3 at Fujita's -log L of 3,224), more than a step near the end gains
         f = jnp.where(accept, f_new, s.nll)
         slow = s.nll - f <= rtol * jnp.maximum(jnp.abs(s.nll), 1.0)
-        # the projected gradient in units of the curvature (the decrease a Newton step
-        # would bring is half its square): nothing left to gain
-        moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
-        # (against the curvature there, not its running maximum `D2`, which a start far
-        # out leaves 1e30 times too large: a gradient small against that is not flat)
-        curv = jnp.diag(H2)
-        curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
-        flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0)) <= 1e-6
-        # stuck where the Gauss-Newton step promises less than the noise of the cost
-        # (the solves' rtol): that is the optimum, as far as the cost can tell
-        gn = -jax.scipy.linalg.solve(
-            jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
-            jnp.where(held, 0.0, g),
-            assume_a="pos",
+        converged, stalled, rescue = _stopping(
+            s, trial, g2, H2, accept, slow, held, free, lower, upper, scale2, D2, mu
         )
-        promise = -(g @ gn + 0.5 * gn @ H @ gn)
-        near = promise <= jnp.maximum(_NOISE * jnp.abs(s.nll), _PROMISE)
-        # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
-        # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
-        # largest curvature, damps a start whose curvatures span 1e30 by 1e10 and more:
-        # Fujita's at a cost of 1e15, a decay whose scale starts 1e4 off). Such a fit
-        # restarts its damping once at Marquardt's dimensionless 1e-3, and stops as
-        # stagnated (not converged) if that does not free it.
-        tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
-        crawling = ((~accept & tiny) | (accept & slow & s.slow)) & ~near
-        rescue = crawling & ~s.rescued
-        # no step lowers the cost: the damping ran away, or the step vanished
-        stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
-        settled = stuck & (promise <= _NOISE * jnp.maximum(jnp.abs(s.nll), 1.0))
-        stalled = stuck | (crawling & ~rescue)
-        converged = (accept & slow & s.slow & near) | (accept & flat) | settled
         mu = jnp.where(accept, nielsen(mu, rho), mu * s.nu)
         stop = converged | stalled
         turn = stop & ~s.second  # the Fisher information's fit ends: the second begins
@@ -314,6 +269,75 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
         ),
     )
     return s.theta, s.nll, s.steps, result, at_bound(s.theta, lower, upper, free)
+
+
+def _damped_step(s: "_State", lower, upper, free):
+    """The trial point of one step of `_fit_problem` from `s`: a Levenberg-Marquardt
+    step in the box, on the Fisher information (or, in the second phase, with the
+    structured secant where that is a descent), and the model, holds and damping it
+    used."""
+    theta, g, H = s.theta, s.g, s.H
+    # Moré's scaling (the running maximum of each curvature) with Nielsen's damping
+    # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
+    # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
+    # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
+    scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
+    # a parameter at a bound whose gradient points out of the box is held
+    held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0)) | ~free
+    both = held[:, None] | held[None, :]
+    damping = jnp.diag(jnp.where(held, 1.0, mu * D2))
+    gf = jnp.where(held, 0.0, g)
+    step = -jax.scipy.linalg.solve(jnp.where(both, 0.0, H) + damping, gf, assume_a="pos")
+    # the second phase's model, unless it is not a descent there (H + S indefinite)
+    HS = H + s.secant
+    step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
+    use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
+    step = jnp.where(use, step2, step)
+    model = jnp.where(use, HS, H)
+    trial = jnp.clip(theta + jnp.where(held, 0.0, step), lower, upper)
+    return trial, model, held, scale2, D2, mu
+
+
+def _stopping(s: "_State", trial, g2, H2, accept, slow, held, free, lower, upper, scale2,
+              D2, mu):  # fmt: skip
+    """Whether the step from `s` to `trial` (accepted or not; `g2`, `H2` at the point
+    the fit is now at) ends the phase: `(converged, stalled, rescue)`, `rescue` where
+    the damping, not the cost, stops it and restarts once."""
+    theta, g, H = s.theta, s.g, s.H
+    d = trial - theta
+    both = held[:, None] | held[None, :]
+    # the projected gradient in units of the curvature (the decrease a Newton step
+    # would bring is half its square): nothing left to gain
+    moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
+    # (against the curvature there, not its running maximum `D2`, which a start far
+    # out leaves 1e30 times too large: a gradient small against that is not flat)
+    curv = jnp.diag(H2)
+    curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
+    flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0)) <= 1e-6
+    # stuck where the Gauss-Newton step promises less than the noise of the cost
+    # (the solves' rtol): that is the optimum, as far as the cost can tell
+    gn = -jax.scipy.linalg.solve(
+        jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
+        jnp.where(held, 0.0, g),
+        assume_a="pos",
+    )
+    promise = -(g @ gn + 0.5 * gn @ H @ gn)
+    near = promise <= jnp.maximum(_NOISE * jnp.abs(s.nll), _PROMISE)
+    # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
+    # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
+    # largest curvature, damps a start whose curvatures span 1e30 by 1e10 and more:
+    # Fujita's at a cost of 1e15, a decay whose scale starts 1e4 off). Such a fit
+    # restarts its damping once at Marquardt's dimensionless 1e-3, and stops as
+    # stagnated (not converged) if that does not free it.
+    tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
+    crawling = ((~accept & tiny) | (accept & slow & s.slow)) & ~near
+    rescue = crawling & ~s.rescued
+    # no step lowers the cost: the damping ran away, or the step vanished
+    stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
+    settled = stuck & (promise <= _NOISE * jnp.maximum(jnp.abs(s.nll), 1.0))
+    stalled = stuck | (crawling & ~rescue)
+    converged = (accept & slow & s.slow & near) | (accept & flat) | settled
+    return converged, stalled, rescue
 
 
 @eqx.filter_jit
