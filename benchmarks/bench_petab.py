@@ -73,7 +73,8 @@ wanted = set(names)
 plists = [[k for k, pid in enumerate(model_ids)
            if isinstance(m.map_sim_var.get(pid), str) and m.map_sim_var[pid] in wanted]
           for m in mapping]
-preequilibrated = any(e.fixed_parameters_pre_equilibration for e in edatas)
+preeq = problem.measurement_df.get("preequilibrationConditionId")
+preequilibrated = preeq is not None and bool(preeq.notna().any() and (preeq != "").any())
 
 def run(theta):
     # AMICI's plain fast path: parameters into the prefilled ExpData, then its loop
@@ -358,7 +359,9 @@ def main():
         ours_sweep, ours_single = row["sweep_per_sample_s"]["min"], row["single_s"]["min"]
         for mode in ("default", "newton_only"):
             peer = row.get(f"amici_{mode}")
-            if isinstance(peer, dict):
+            if isinstance(peer, dict) and peer["failed"] == args.n:
+                row[f"AMICI ({mode})"] = "every sample failed: no ratio"
+            elif isinstance(peer, dict):
                 row[f"sweep per sample: AMICI ({mode}) / jaxident"] = (
                     peer["per_sample_s"]["min"] / ours_sweep
                 )

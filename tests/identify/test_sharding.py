@@ -120,6 +120,7 @@ _FIT_KERNELS = ("_fit_problem", "_fit_problems", "fit_kernel", "lm_begin", "lm_a
                 "lm_finish")  # fmt: skip
 
 
+@pytest.mark.slow  # 98 s on 2 cores (every fit kernel compiled for two devices); a GPU concern
 def test_fits_run_on_the_fit_device(tmp_path):
     """On a GPU machine fits run on the host's CPU (`fit_device`). Here two forced CPU
     devices stand for the two: with the fit device set to the second, every fit kernel
