@@ -234,10 +234,12 @@ def sweep(
     under `jax.distributed` every process takes its share of the chunks; on each device
     `vmap_size` samples run side by side (one `jax.vmap`) at a time.
 
-    Run-time failures inside `fn` do not stop the sweep: jaxident's entry points are
-    traced with `throw=False`, so a failed ODE solve or selection gives NaN values and
-    `ok = False` for that sample only. Peak device memory depends on `batch_size`, not
-    on the number of samples; with `out_dir`, host memory does not either.
+    Run-time failures inside `fn` do not stop the sweep: under a trace jaxident's entry
+    points return a failure as a status (their default `throw`), so a failed ODE solve
+    or selection gives NaN values and `ok = False` for that sample only (an explicit
+    `throw=True` inside `fn` makes a failure NaN that `ok` may not show: leave it out).
+    Peak device memory depends on `batch_size`, not on the number of samples; with
+    `out_dir`, host memory does not either.
 
     **Arguments:**
 
