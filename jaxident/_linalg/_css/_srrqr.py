@@ -71,12 +71,19 @@ def _swap(st, i, j, kk):
        updates.
     """
     A, B, C, Ait, AB, p1, p2 = st.tree()
+    km1 = kk - 1
+    A, B, Ait, AB, p1 = _cycle_to_last(A, B, Ait, AB, p1, i, km1)
+    C = _reflect_column(C, j)
+    return _exchange(A, B, C, Ait, AB, p1, p2, j, km1)
+
+
+def _cycle_to_last(A, B, Ait, AB, p1, i, km1):
+    """Step 1 of `_swap`: block-1 slot `i` moved cyclically to slot `km1`, the triangle
+    of `A` restored by Givens rotations of the rows of `[A B]` (and of the columns of
+    `A^{-1}`, kept transposed in `Ait`); `A^{-1} B` only has its rows permuted."""
     K, M = B.shape
     iK = jnp.arange(K, dtype=jnp.int32)
-    iM = jnp.arange(M, dtype=jnp.int32)
-    km1 = kk - 1
-
-    # 1. slot i -> slot kk-1, then rotations on rows c, c+1 for c = i .. kk-2.
+    # rotations on rows c, c+1 for c = i .. kk-2
     src = jnp.where((iK >= i) & (iK < km1), iK + 1, iK)
     src = jnp.where(iK == km1, i, src)
     A, p1, AB, Ait = A[:, src], p1[src], AB[src, :], Ait[:, src]
@@ -108,8 +115,14 @@ def _swap(st, i, j, kk):
         cols = jnp.where(last[:, None], v[None, :], cols)
         A, B, Ait = rows[:, :K], rows[:, K:], cols
 
-    # 2. Reflect C so that its column j becomes gamma_j e_1 (in place: the exchange
-    # below uses block-2 slot j directly, so no columns are moved).
+    return A, B, Ait, AB, p1
+
+
+def _reflect_column(C, j):
+    """Step 2 of `_swap`: `C` reflected so that its column `j` becomes `gamma_j e_1`
+    (in place: the exchange then uses block-2 slot `j` directly, no columns move)."""
+    M = C.shape[1]
+    iM = jnp.arange(M, dtype=jnp.int32)
     x = C[:, j]
     normx = column_norms(x[:, None])[0]
     alpha = -jnp.where(x[0] >= 0, 1.0, -1.0) * normx
@@ -119,8 +132,18 @@ def _swap(st, i, j, kk):
     w = matmul(hv, C)
     colj = (iM == j)[None, :]
     C = jnp.where(colj, jnp.where((iM == 0)[:, None], alpha, 0.0), C - beta * jnp.outer(hv, w))
+    return C
 
-    # 3. exchange slot kk-1 (column a, mu) with block-2 slot j (column b, nu; gamma).
+
+def _exchange(A, B, C, Ait, AB, p1, p2, j, km1):
+    """Step 3 of `_swap`: block-1 slot `km1` exchanged with block-2 slot `j`; one
+    rotation of row `km1` of `[A B]` with row 0 of `[0 C]` restores the triangle, and
+    `A^{-1}`, `A^{-1} B` follow by rank-one updates."""
+    K, M = B.shape
+    iK = jnp.arange(K, dtype=jnp.int32)
+    iM = jnp.arange(M, dtype=jnp.int32)
+    colj = (iM == j)[None, :]
+    # slot kk-1 (column a, mu) against block-2 slot j (column b, nu; gamma)
     lead = iK < km1
     a = jnp.where(lead, A[:, km1], 0.0)
     bj = B[:, j]
