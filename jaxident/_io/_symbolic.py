@@ -217,7 +217,18 @@ def from_mathml(node, where: str) -> sp.Basic:
     if node is None:
         raise ValueError(f"{where}: missing math.")
     t = node.getType()
-    kids = [from_mathml(node.getChild(i), where) for i in range(node.getNumChildren())]
+    out = _mathml_leaf(L, node, t)
+    if out is None:
+        kids = [from_mathml(node.getChild(i), where) for i in range(node.getNumChildren())]
+        out = _mathml_operation(L, t, kids)
+    if out is None:
+        what = node.getName() or L.formulaToL3String(node)
+        raise ValueError(f"{where}: the MathML operation {what!r} is not supported.")
+    return out
+
+
+def _mathml_leaf(L, node, t) -> sp.Basic | None:
+    """A number, name or constant node as SymPy (libsbml is `L`); `None` for others."""
     if t == L.AST_INTEGER:
         return sp.Integer(node.getInteger())
     if t in (L.AST_REAL, L.AST_REAL_E):
@@ -239,6 +250,11 @@ def from_mathml(node, where: str) -> sp.Basic:
         return sp.true
     if t == L.AST_CONSTANT_FALSE:
         return sp.false
+    return None
+
+
+def _mathml_operation(L, t, kids: list) -> sp.Basic | None:
+    """An operation of type `t` on the SymPy `kids`; `None` where it is not supported."""
     if t == L.AST_PLUS:
         return sp.Add(*kids) if kids else sp.Integer(0)
     if t == L.AST_TIMES:
@@ -296,5 +312,4 @@ def from_mathml(node, where: str) -> sp.Basic:
     }
     if t in relations and len(kids) == 2:
         return relations[t](kids[0], kids[1], evaluate=False)
-    what = node.getName() or L.formulaToL3String(node)
-    raise ValueError(f"{where}: the MathML operation {what!r} is not supported.")
+    return None
