@@ -23,6 +23,15 @@ def test_rank_rule_arguments_are_validated():
             ji.RelativeTolerance(bad)
 
 
+def test_a_sensitivity_method_is_an_object_with_its_behaviour():
+    # a string does not select a method: the method object says how it solves
+    with pytest.raises(TypeError, match="SensitivityEquations"):
+        ji.Integrator(sensitivity="forward")
+    assert ji.SensitivityEquations().with_state and not ji.DifferentiateSolver().with_state
+    assert ji.SensitivityEquations().steering() == ji.SensitivityEquations(error_control=False)
+    assert ji.DifferentiateSolver().steering() == ji.DifferentiateSolver()
+
+
 def test_select_parameters_edge_inputs(S):
     with pytest.raises(ValueError, match="no rows"):
         ji.select_parameters(np.zeros((0, 3)))

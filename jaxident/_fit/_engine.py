@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optimistix as optx
 from jaxtyping import Array
 
-from .._model._base import Integrator, SensitivityEquations
+from .._model._base import Integrator
 from .._problem._measurements import box_transform, near_bound
 from .._solve._forward import forward_sensitivities
 from .._solve._simulate import solve
@@ -43,9 +43,7 @@ class _Model(NamedTuple):
 
 
 def _steering(integ: Integrator) -> Integrator:
-    if isinstance(integ.sensitivity, SensitivityEquations):
-        return eqx.tree_at(lambda i: i.sensitivity, integ, SensitivityEquations(False))
-    return integ
+    return eqx.tree_at(lambda i: i.sensitivity, integ, integ.sensitivity.steering())
 
 
 def _fit_model(model, times, theta0, free, lower, upper, bounded, integ) -> _Model:

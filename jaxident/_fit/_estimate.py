@@ -80,6 +80,11 @@ class Estimate(eqx.Module):
                 "the solver did not converge within max_steps; raise max_steps, start "
                 "closer, or check identifiability"
             )
+        if bool(np.asarray(self.result == optx.RESULTS.stagnation).reshape(-1)[first]):
+            return (
+                "the solver stagnated: no step lowered the cost, although the gradient "
+                "does not vanish; start elsewhere or check identifiability"
+            )
         return (
             "the model could not be solved at or near the estimate (NaN or inf "
             "residuals or sensitivities); start closer or check the integrator"
@@ -223,7 +228,7 @@ class LeastSquares(eqx.Module):
                 args = (self, theta0, free, solver, z, state, steps, until)
                 z, state, steps = call_kept(lm_advance, *args, device=on)
                 if report is not None:
-                    report(int(steps), float(state.cost))
+                    report(int(steps), 2.0 * float(state.f))  # the sum of squares
             args = (self, theta0, free, solver, z, state, steps, jnp.asarray(max_steps))
             out = call_kept(lm_finish, *args, device=on)
         return self._estimate(theta0, free, out)
@@ -331,8 +336,9 @@ def estimate(
     - `sigma`: measurement standard deviations: a scalar, one per output, one per
       observation (`(times, outputs)` or flattened), or a `ji.MeasurementError`
       (`sigma = a |y| + b` from the data).
-    - `solver`: `ji.LevenbergMarquardt()` (default: residuals only at trial points,
-      stops on relative cost decrease), any optimistix least-squares solver or
+    - `solver`: `ji.LevenbergMarquardt()` (default: the engine every fit of a problem
+      runs, here on the weighted residuals; plain solves only at trial points; stops on
+      relative cost decrease), any optimistix least-squares solver or
       minimiser, or `ji.OptaxLD(...)` to follow the generalized gradient of eq. (25)
       with an optax optimiser.
     - `bounds`: `False` (unconstrained, in coordinates scaled by `|theta0|`), `True` (the

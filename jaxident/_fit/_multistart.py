@@ -28,7 +28,7 @@ from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
-from ._solvers import more_damping, nielsen
+from ._solvers import LevenbergMarquardt, structured_secant as structured_secant
 
 
 def gradient_and_fisher(problem: Problem, out: Prediction):
@@ -52,43 +52,7 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
 
 _NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
 _PROMISE = 1e-3  # a decrease of -log L that no likelihood-based conclusion notices
-_MARQUARDT = 1e-3  # a damping relative to each curvature (Marquardt's), for a restart
-
-
-class _State(eqx.Module):
-    theta: Float[Array, " q"]
-    nll: Float[Array, ""]
-    g: Float[Array, " q"]
-    H: Float[Array, "q q"]
-    scale2: Float[Array, " q"]
-    mu: Float[Array, ""]
-    nu: Float[Array, ""]
-    slow: Bool[Array, ""]
-    done: Bool[Array, ""]
-    stalled: Bool[Array, ""]
-    rescued: Bool[Array, ""]
-    failed: Bool[Array, ""]
-    steps: Int[Array, ""]
-    secant: Float[Array, "q q"]
-    second: Bool[Array, ""]
-
-
-def structured_secant(S, d, y, H):
-    """The Dennis-Gay-Welsch update (as NL2SOL's) of `S`, the part of the Hessian that
-    the Fisher information `H` (at the new point) leaves out, for a step `d` along which
-    the gradient changed by `y`: sized down by Oren-Luenberger's factor, then the least
-    change (in a weighted norm) that is symmetric and satisfies the secant equation
-    `(H + S) d = y`. Unchanged where `y . d` is too small to divide by."""
-    rest = y - H @ d
-    dSd = d @ S @ d
-    size = jnp.abs(d @ rest) / jnp.where(dSd != 0, jnp.abs(dSd), 1.0)
-    sized = jnp.where(dSd != 0, jnp.minimum(1.0, size), 1.0) * S
-    r = rest - sized @ d
-    yd = y @ d
-    ok = jnp.abs(yd) > 1e-12 * jnp.linalg.norm(y) * jnp.linalg.norm(d)
-    yd = jnp.where(ok, yd, 1.0)
-    update = (jnp.outer(r, y) + jnp.outer(y, r)) / yd - (r @ d) * jnp.outer(y, y) / yd**2
-    return jnp.where(ok & jnp.all(jnp.isfinite(update)), sized + update, S)
+_NO_TAGS = frozenset()
 
 
 _AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
@@ -196,148 +160,28 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     nll, with_derivatives = _objective(problem, integrator, error_mode, inner)
     if inner is not None:  # the scalings are solved for, not stepped
         free = free.at[jnp.asarray(inner.index)].set(False)
-
     theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
-    f0, g0, H0, good0 = with_derivatives(theta0)
-    f0 = jnp.where(good0, nll(theta0), f0)  # (the plain solve's, as every trial's)
-    q = theta0.shape[0]
-    dtype = theta0.dtype
-    state = _State(
-        theta=theta0, nll=f0, g=g0, H=H0, scale2=jnp.zeros(q, dtype),
-        mu=jnp.asarray(-1.0, dtype), nu=jnp.asarray(2.0, dtype), slow=jnp.asarray(False),
-        done=jnp.asarray(False), stalled=jnp.asarray(False), rescued=jnp.asarray(False),
-        failed=~good0, steps=jnp.asarray(0), secant=jnp.zeros((q, q), dtype),
-        second=jnp.asarray(False),
-    )  # fmt: skip
+    solver = LevenbergMarquardt(rtol=rtol, noise=_NOISE, ftol=_PROMISE)
+    fn = lambda theta, _: (nll(theta), None)  # noqa: E731
+    options = {"derivatives": lambda theta, _: with_derivatives(theta), "free": free,
+               "bounds": (lower, upper)}  # fmt: skip
+    state = solver.init(fn, theta0, None, options, None, None, _NO_TAGS)
 
-    def cond(s):
-        return ~s.done & ~s.failed & (s.steps < max_steps)
+    def cond(c):
+        _, s, k = c
+        return ~s.done & ~s.failed & (k < max_steps)
 
-    def body(s):
-        theta, g, H = s.theta, s.g, s.H
-        trial, model, held, scale2, D2, mu = _damped_step(s, lower, upper, free)
-        d = trial - theta
-        predicted = -(g @ d + 0.5 * d @ model @ d)
-        f_new = nll(trial)
-        rho = jnp.where(predicted > 0, (s.nll - f_new) / predicted, -1.0)
-        accept = (rho > 1e-4) & jnp.isfinite(f_new)
-        f, g2, H2, good = jax.lax.cond(
-            accept,
-            with_derivatives,
-            lambda t: (s.nll, g, H, jnp.asarray(True)),
-            trial,
-        )
-        # the cost compared from step to step is the plain solve's: a solve with
-        # sensitivities takes other steps, and its cost differs by the discretization
-        # (1.3e-3 at Fujita's -log L of 3,224), more than a step near the end gains
-        f = jnp.where(accept, f_new, s.nll)
-        slow = s.nll - f <= rtol * jnp.maximum(jnp.abs(s.nll), 1.0)
-        converged, stalled, rescue = _stopping(
-            s, trial, g2, H2, accept, slow, held, free, lower, upper, scale2, D2, mu
-        )
-        mu = jnp.where(accept, nielsen(mu, rho), mu * s.nu)
-        stop = converged | stalled
-        turn = stop & ~s.second  # the Fisher information's fit ends: the second begins
-        return _State(
-            theta=jnp.where(accept, trial, theta),
-            nll=f,
-            g=g2,
-            H=H2,
-            scale2=scale2,
-            mu=jnp.where(rescue, _MARQUARDT, mu),
-            nu=jnp.where(accept | rescue, 2.0, 2.0 * s.nu),
-            slow=jnp.where(rescue | turn, False, jnp.where(accept, slow, s.slow)),
-            rescued=jnp.where(turn, False, s.rescued | rescue),
-            done=stop & s.second,
-            stalled=stalled & ~converged & s.second,
-            failed=s.failed | ~good,
-            steps=s.steps + 1,
-            secant=jnp.where(accept & good, structured_secant(s.secant, d, g2 - g, H2), s.secant),
-            second=s.second | stop,
-        )
+    def body(c):
+        theta, s, k = c
+        theta, s, _ = solver.step(fn, theta, None, options, s, _NO_TAGS)
+        return theta, s, k + 1
 
-    s = jax.lax.while_loop(cond, body, state)
+    theta, s, steps = jax.lax.while_loop(cond, body, (theta0, state, jnp.asarray(0)))
+    _, result = solver.terminate(fn, theta, None, options, s, _NO_TAGS)
     result = optx.RESULTS.where(
-        s.failed,
-        optx.RESULTS.nonlinear_divergence,
-        optx.RESULTS.where(
-            s.stalled,
-            optx.RESULTS.stagnation,
-            optx.RESULTS.where(
-                s.done, optx.RESULTS.successful, optx.RESULTS.nonlinear_max_steps_reached
-            ),
-        ),
+        ~s.done & ~s.failed, optx.RESULTS.nonlinear_max_steps_reached, result
     )
-    return s.theta, s.nll, s.steps, result, at_bound(s.theta, lower, upper, free)
-
-
-def _damped_step(s: "_State", lower, upper, free):
-    """The trial point of one step of `_fit_problem` from `s`: a Levenberg-Marquardt
-    step in the box, on the Fisher information (or, in the second phase, with the
-    structured secant where that is a descent), and the model, holds and damping it
-    used."""
-    theta, g, H = s.theta, s.g, s.H
-    # Moré's scaling (the running maximum of each curvature) with Nielsen's damping
-    # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
-    # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
-    # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
-    scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
-    # a parameter at a bound whose gradient points out of the box is held
-    held = ((theta <= lower) & (g > 0)) | ((theta >= upper) & (g < 0)) | ~free
-    both = held[:, None] | held[None, :]
-    damping = jnp.diag(jnp.where(held, 1.0, mu * D2))
-    gf = jnp.where(held, 0.0, g)
-    step = -jax.scipy.linalg.solve(jnp.where(both, 0.0, H) + damping, gf, assume_a="pos")
-    # the second phase's model, unless it is not a descent there (H + S indefinite)
-    HS = H + s.secant
-    step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
-    use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
-    step = jnp.where(use, step2, step)
-    model = jnp.where(use, HS, H)
-    trial = jnp.clip(theta + jnp.where(held, 0.0, step), lower, upper)
-    return trial, model, held, scale2, D2, mu
-
-
-def _stopping(s: "_State", trial, g2, H2, accept, slow, held, free, lower, upper, scale2,
-              D2, mu):  # fmt: skip
-    """Whether the step from `s` to `trial` (accepted or not; `g2`, `H2` at the point
-    the fit is now at) ends the phase: `(converged, stalled, rescue)`, `rescue` where
-    the damping, not the cost, stops it and restarts once."""
-    theta, g, H = s.theta, s.g, s.H
-    d = trial - theta
-    both = held[:, None] | held[None, :]
-    # the projected gradient in units of the curvature (the decrease a Newton step
-    # would bring is half its square): nothing left to gain
-    moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
-    # (against the curvature there, not its running maximum `D2`, which a start far
-    # out leaves 1e30 times too large: a gradient small against that is not flat)
-    curv = jnp.diag(H2)
-    curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
-    flat = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0)) <= 1e-6
-    # stuck where the Gauss-Newton step promises less than the noise of the cost
-    # (the solves' rtol): that is the optimum, as far as the cost can tell
-    gn = -jax.scipy.linalg.solve(
-        jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
-        jnp.where(held, 0.0, g),
-        assume_a="pos",
-    )
-    promise = -(g @ gn + 0.5 * gn @ H @ gn)
-    near = promise <= jnp.maximum(_NOISE * jnp.abs(s.nll), _PROMISE)
-    # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
-    # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
-    # largest curvature, damps a start whose curvatures span 1e30 by 1e10 and more:
-    # Fujita's at a cost of 1e15, a decay whose scale starts 1e4 off). Such a fit
-    # restarts its damping once at Marquardt's dimensionless 1e-3, and stops as
-    # stagnated (not converged) if that does not free it.
-    tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= 1e-12 * (jnp.sqrt(jnp.sum(D2 * theta**2)) + 1e-12)
-    crawling = ((~accept & tiny) | (accept & slow & s.slow)) & ~near
-    rescue = crawling & ~s.rescued
-    # no step lowers the cost: the damping ran away, or the step vanished
-    stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
-    settled = stuck & (promise <= _NOISE * jnp.maximum(jnp.abs(s.nll), 1.0))
-    stalled = stuck | (crawling & ~rescue)
-    converged = (accept & slow & s.slow & near) | (accept & flat) | settled
-    return converged, stalled, rescue
+    return theta, s.f, steps, result, at_bound(theta, lower, upper, free)
 
 
 @eqx.filter_jit

@@ -56,12 +56,13 @@ class AbstractOptimizer(eqx.Module):
 
 
 class FisherLM(AbstractOptimizer):
-    """The compiled fit (default): a bounded Levenberg-Marquardt on the negative
-    log-likelihood with the Fisher information as its Hessian (Fisher scoring), which,
-    where it would stop, goes on with a Dennis-Gay-Welsch secant of the rest of the
-    Hessian added until it stops again. One compiled loop per problem (every start and
-    every `free` mask share it), and `batch=` fits starts side by side. `rtol`: the
-    relative decrease of the cost over two steps below which it stops.
+    """The compiled fit (default): `ji.LevenbergMarquardt`, the engine of every fit, on
+    the negative log-likelihood with the Fisher information as its Hessian (Fisher
+    scoring) inside the bounds, which, where it would stop, goes on with a
+    Dennis-Gay-Welsch secant of the rest of the Hessian added until it stops again. One
+    compiled loop per problem (every start and every `free` mask share it), and
+    `batch=` fits starts side by side. `rtol`: the relative decrease of the cost over
+    two steps below which it stops.
 
     `hierarchical=True` (either optimizer): the observable scalings and noise scales
     (parameters that multiply whole observables with normal noise, or whole noise

@@ -1,8 +1,9 @@
-"""The re-estimation engine's solvers: Levenberg-Marquardt that evaluates only residuals at
-trial points and stops on relative cost decrease, and the generalized-gradient method."""
+"""The re-estimation engine's solvers: the one Levenberg-Marquardt (an optimistix solver)
+that fits a model's least squares and a problem's likelihood, and the generalized-gradient
+method for nonsmooth models."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -13,21 +14,6 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from .._model._nonsmooth import directions_matrix, ld_jvp
-
-
-class _LMState(eqx.Module):
-    residual: Float[Array, " n"]
-    jacobian: Float[Array, "n p"]
-    cost: Float[Array, ""]
-    mu: Float[Array, ""]
-    nu: Float[Array, ""]
-    scale2: Float[Array, " p"]
-    exact: Bool[Array, ""]  # compute the Jacobian at the top of the next step
-    age: Int[Array, ""]  # secant updates since the last computed Jacobian
-    slow: Bool[Array, ""]  # the last accepted step lowered the cost by < rtol of it
-    done: Bool[Array, ""]
-    failed: Bool[Array, ""]
-    aux: Any
 
 
 def _flat(out) -> Array:
@@ -58,150 +44,389 @@ def nielsen(mu, rho):
     return mu * jnp.maximum(1 / 3, 1 - (2 * rho - 1) ** 3)
 
 
+class _State(eqx.Module):
+    f: Float[Array, ""]  # the cost: -log L, or half the sum of squared residuals
+    g: Float[Array, " q"]  # its gradient and its Gauss-Newton (Fisher) Hessian at y
+    H: Float[Array, "q q"]
+    floor: Float[Array, ""]  # the cost below which only absolute changes count
+    scale2: Float[Array, " q"]
+    mu: Float[Array, ""]
+    nu: Float[Array, ""]
+    slow: Bool[Array, ""]  # the last accepted step lowered the cost by < rtol of it
+    done: Bool[Array, ""]
+    stalled: Bool[Array, ""]
+    rescued: Bool[Array, ""]
+    failed: Bool[Array, ""]
+    secant: Float[Array, "q q"]  # the rest of the Hessian, for the second phase
+    second: Bool[Array, ""]
+    residual: Any  # residuals at y (residual form), else None
+    jacobian: Any  # the Jacobian behind g and H (residual form), else None
+    age: Int[Array, ""]  # Broyden updates since the Jacobian was last computed
+    refresh: Bool[Array, ""]  # compute the Jacobian at y at the top of the next step
+    aux: Any
+
+
+class _Objective(NamedTuple):
+    """What the solver evaluates: `value(y) -> (f, r, aux)` (`inf` where the model cannot
+    be solved; `r` the residuals, or None), `derivatives(y, r) -> (g, H, J, good)`."""
+
+    value: Callable
+    derivatives: Callable
+    residuals: bool
+
+
+def _objective(fn, args, options, free) -> _Objective:
+    given = options.get("derivatives")
+    if given is not None:  # a cost and, from options, its gradient and Fisher information
+
+        def value(y):
+            f, aux = fn(y, args)
+            f = jnp.asarray(f)
+            return jnp.where(jnp.isfinite(f), f, jnp.inf), None, aux
+
+        def derivatives(y, r):
+            _, g, H, good = given(y, args)
+            return g, H, None, good
+
+        return _Objective(value, derivatives, False)
+    jac = options.get("jacobian")
+
+    def value(y):
+        out, aux = fn(y, args)
+        r = _flat(out)
+        return 0.5 * _sum_squares(r), r, aux
+
+    def derivatives(y, r):
+        J = jac(y, args) if jac is not None else jax.jacfwd(lambda z: _flat(fn(z, args)[0]))(y)
+        J = jnp.where(free[None, :], J, 0.0)
+        good = jnp.all(jnp.isfinite(J))
+        J = jnp.where(good, J, 0.0)
+        return J.T @ r, J.T @ J, J, good
+
+    return _Objective(value, derivatives, True)
+
+
+def _mask_and_box(options, y):
+    free = options.get("free")
+    free = jnp.ones(y.shape, bool) if free is None else jnp.asarray(free, bool)
+    lower, upper = options.get("bounds", (-jnp.inf, jnp.inf))
+    lower = jnp.broadcast_to(jnp.asarray(lower, y.dtype), y.shape)
+    upper = jnp.broadcast_to(jnp.asarray(upper, y.dtype), y.shape)
+    return free, lower, upper
+
+
+def structured_secant(S, d, y, H):
+    """The Dennis-Gay-Welsch update (as NL2SOL's) of `S`, the part of the Hessian that
+    the Fisher information `H` (at the new point) leaves out, for a step `d` along which
+    the gradient changed by `y`: sized down by Oren-Luenberger's factor, then the least
+    change (in a weighted norm) that is symmetric and satisfies the secant equation
+    `(H + S) d = y`. Unchanged where `y . d` is too small to divide by."""
+    rest = y - H @ d
+    dSd = d @ S @ d
+    size = jnp.abs(d @ rest) / jnp.where(dSd != 0, jnp.abs(dSd), 1.0)
+    sized = jnp.where(dSd != 0, jnp.minimum(1.0, size), 1.0) * S
+    r = rest - sized @ d
+    yd = y @ d
+    ok = jnp.abs(yd) > 1e-12 * jnp.linalg.norm(y) * jnp.linalg.norm(d)
+    yd = jnp.where(ok, yd, 1.0)
+    update = (jnp.outer(r, y) + jnp.outer(y, r)) / yd - (r @ d) * jnp.outer(y, y) / yd**2
+    return jnp.where(ok & jnp.all(jnp.isfinite(update)), sized + update, S)
+
+
+_MARQUARDT = 1e-3  # a damping relative to each curvature (Marquardt's), for a restart
+
+
 class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
-    """Levenberg-Marquardt with Nielsen's damping update and Moré's column scaling
-    (Moré 1978; Nielsen 1999), written for residuals that come from an ODE solve:
+    """The re-estimation engine: a bounded Levenberg-Marquardt with Moré's scaling and
+    Nielsen's damping (Moré 1978; Nielsen 1999) on a Gauss-Newton model of the cost,
+    written for costs that come from ODE solves. It serves `ji.estimate` of a model
+    (weighted least squares, through `optimistix.least_squares`), every fit of a
+    problem (`ji.FisherLM`: the negative log-likelihood with the Fisher information as
+    its Hessian), the profiles and the stepwise procedures' re-estimations.
 
-    - a trial point costs one model solve (residuals only); the Jacobian is computed
-      only where a step is accepted, once, at the top of the next step. On the E. coli
-      model a 121-column Jacobian costs about five plain solves, and most trial points
-      of a sloppy problem are rejected;
-    - it stops when two successive accepted steps each lower the cost by less than
-      `rtol` of itself (on a sloppy model the last digits of the cost take many more
-      steps than the rest and move the estimates far less than their standard
-      deviations; one slow step can be a heavily damped first one), or when the scaled
-      step is below `atol` of the scaled iterate. Optimistix's own
-      `optx.LevenbergMarquardt` waits instead for every parameter, sloppy ones
-      included, to stop moving.
+    - A trial point costs one plain solve; the derivatives are computed only where a
+      step is accepted (most trial points of a sloppy problem are rejected). A trial
+      point where the model cannot be solved (NaN or inf) is rejected and the damping
+      raised.
+    - It stops when two successive accepted steps each lower the cost by less than
+      `rtol` of it and the Gauss-Newton step promises less than the cost's noise, or
+      where the projected gradient vanishes in units of the curvature (`gtol`). Where
+      the damping, not the cost, stops it, it restarts its damping once at Marquardt's
+      dimensionless 1e-3, and stops as stagnated if that does not free it.
+    - Where the Gauss-Newton model alone would stop, it goes on with a Dennis-Gay-Welsch
+      secant of the rest of the Hessian added (`structured_secant`, as NL2SOL) until it
+      stops again, as fides turns from the Fisher information to BFGS (`secant`:
+      default for a likelihood, not for residuals, whose Gauss-Newton model leaves out
+      only the residuals' curvature).
+    - On residuals each step solves `min ||J d + r||^2 + mu ||D d||^2` by QR of the
+      stacked system, never through `J^T J` (whose condition is the square of `J`'s).
 
-    A trial point where the model cannot be solved (NaN or inf residuals) is rejected
-    and the damping raised. `options={"free": mask}` holds the parameters where `mask`
-    is False at their starting values; `options={"jacobian": jac}` computes the
-    Jacobian as `jac(y, args)` (the sensitivity equations, say) instead of by `jacfwd`
-    of the residuals.
+    **Options** (`optimistix.least_squares(..., options=...)`): `"free"`, a mask that
+    holds the other unknowns at their starting values; `"bounds"`, `(lower, upper)`
+    (a parameter at a bound whose gradient points out is held); `"jacobian"`,
+    `jac(y, args)` for the residuals' Jacobian (the sensitivity equations, say) instead
+    of `jacfwd`; `"derivatives"`, `fn(y, args) -> (f, gradient, Fisher information,
+    good)`, with which `fn` returns the cost itself (a negative log-likelihood), not
+    residuals.
 
-    **Arguments:** `rtol` (relative cost decrease, default `1e-8`), `atol` (relative
-    step size, default `1e-10`), `updates` (default 0: a Jacobian at every accepted
-    point; `m > 0`: between computed Jacobians, up to `m` Broyden rank-one updates from
-    the residuals already evaluated, so a step costs about one model solve; the stopping
-    tests are made on a computed Jacobian only), `norm` (unused by the stopping test;
-    kept for the optimistix interface).
+    **Arguments:** `rtol` (relative cost decrease, default `1e-8`), `atol` (a step below
+    `atol` of the iterate, scaled, has vanished; default `1e-12`), `noise` (the cost's
+    relative noise; default `100 rtol` for a likelihood; for residuals, none: their fit
+    stops on `rtol` and `atol` alone), `ftol` (an absolute decrease of the cost that no
+    conclusion notices: `ji.FisherLM` uses 1e-3 of a log-likelihood), `gtol`,
+    `updates` (residual form only; default 0: the Jacobian at every accepted point;
+    `m > 0`: between computed Jacobians, up to `m` Broyden rank-one updates from the
+    residuals already evaluated, so a step costs about one model solve; the stopping
+    tests are made on a computed Jacobian only), `norm` (for optimistix's interface).
+    The cost is `-log L`, or half the sum of squared residuals; below `floor` (1 for a
+    likelihood, `eps` of the starting cost for residuals) only absolute changes count.
     """
 
-    rtol: float = 1e-8
-    atol: float = 1e-10
+    rtol: float | Array = 1e-8
+    atol: float | Array = 1e-12
+    noise: float | Array | None = None
+    ftol: float | Array = 0.0
+    gtol: float | Array = 1e-6
     norm: Callable[[PyTree], Array] = optx.max_norm
     updates: int = eqx.field(default=0, static=True)
+    secant: bool | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        if not (self.rtol >= 0 and self.atol >= 0):
-            raise ValueError(f"rtol and atol must be >= 0, got {self.rtol}, {self.atol}.")
+        for name in ("rtol", "atol", "ftol", "gtol"):
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not value >= 0:
+                raise ValueError(f"{name} must be >= 0, got {value}.")
         if not (isinstance(self.updates, int) and self.updates >= 0):
             raise ValueError(f"updates must be an integer >= 0, got {self.updates!r}.")
+
+    def _noise(self, residuals: bool):
+        """The cost's relative noise, or None: no test against it (residuals)."""
+        if self.noise is not None:
+            return self.noise
+        return None if residuals else 100.0 * self.rtol
+
+    def _phases(self, residuals: bool) -> bool:
+        """Whether the second phase (the structured secant) follows the first."""
+        return (not residuals) if self.secant is None else self.secant
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
         if not (isinstance(y, jax.Array) and y.ndim == 1):
             raise TypeError("ji.LevenbergMarquardt needs a 1-D array of unknowns.")
-        out, aux = fn(y, args)
-        r = _flat(out)
-        cost = _sum_squares(r)
-        return _LMState(
-            residual=r,
-            jacobian=jnp.zeros((r.size, y.size), r.dtype),
-            cost=cost,
-            mu=jnp.asarray(-1.0, r.dtype),
-            nu=jnp.asarray(2.0, r.dtype),
-            scale2=jnp.zeros(y.size, r.dtype),
-            exact=jnp.asarray(True),
-            age=jnp.asarray(0),
-            slow=jnp.asarray(False),
-            done=jnp.asarray(False),
-            failed=~jnp.isfinite(cost),
-            aux=aux,
-        )
+        options = {} if options is None else options
+        free, _, _ = _mask_and_box(options, y)
+        obj = _objective(fn, args, options, free)
+        if self.updates and not obj.residuals:
+            raise ValueError("updates= needs residuals, not a cost with its derivatives.")
+        f, r, aux = obj.value(y)
+        if obj.residuals:  # (a start where the model cannot be solved fails below)
+            r = jnp.where(jnp.isfinite(f), r, 0.0)
+        g, H, J, good = obj.derivatives(y, r)
+        good = good & jnp.isfinite(f)
+        q, dtype = y.shape[0], y.dtype
+        floor = jnp.finfo(dtype).eps * f if obj.residuals else jnp.asarray(1.0, dtype)
+        return _State(
+            f=jnp.where(good, f, jnp.inf), g=jnp.where(good, g, 0.0), H=jnp.where(good, H, 0.0),
+            floor=jnp.where(good, floor, 1.0), scale2=jnp.zeros(q, dtype),
+            mu=jnp.asarray(-1.0, dtype), nu=jnp.asarray(2.0, dtype), slow=jnp.asarray(False),
+            done=jnp.asarray(False), stalled=jnp.asarray(False), rescued=jnp.asarray(False),
+            failed=~good, secant=jnp.zeros((q, q), dtype),
+            second=jnp.asarray(not self._phases(obj.residuals)),
+            residual=r, jacobian=J, age=jnp.asarray(0), refresh=jnp.asarray(False), aux=aux,
+        )  # fmt: skip
 
     def step(self, fn, y, args, options, state, tags):
-        free = options.get("free")
-        free = jnp.ones(y.shape, bool) if free is None else jnp.asarray(free, bool)
-
-        jac = options.get("jacobian")
-
-        def jacobian():
-            if jac is not None:
-                return jac(y, args)
-            return jax.jacfwd(lambda z: _flat(fn(z, args)[0]))(y)
-
-        J = jax.lax.cond(state.exact, jacobian, lambda: state.jacobian)
-        age = jnp.where(state.exact, 0, state.age)
-        J = jnp.where(free[None, :], J, 0.0)
-        J_ok = jnp.all(jnp.isfinite(J))
-        J = jnp.where(J_ok, J, 0.0)
-        r = state.residual
-        scale2, D2, mu = more_damping(state.scale2, jnp.sum(J**2, axis=0), state.mu)
-        D = jnp.sqrt(D2)
-        # min ||J s + r||^2 + mu ||D s||^2 by QR of the stacked system (full column rank
-        # for mu > 0), never through J^T J.
-        A = jnp.concatenate([J, jnp.sqrt(mu) * jnp.diag(D)], axis=0)
-        b = jnp.concatenate([-r, jnp.zeros(y.size, r.dtype)])
-        q, R = jnp.linalg.qr(A)
-        s = jax.scipy.linalg.solve_triangular(R, q.T @ b)
-        s = jnp.where(free, s, 0.0)
-        small = jnp.linalg.norm(D * s) <= self.atol * (jnp.linalg.norm(D * y) + self.atol)
-        out_new, aux_new = fn(y + s, args)
-        r_new = _flat(out_new)
-        cost_new = _sum_squares(r_new)
-        predicted = state.cost - jnp.sum((r + J @ s) ** 2)
-        rho = jnp.where(predicted > 0, (state.cost - cost_new) / predicted, -1.0)
-        accept = (rho > 1e-4) & ~small
-        slow = state.cost - cost_new <= self.rtol * state.cost
-        # Stop only on a computed Jacobian; with an updated one, a short step or a
-        # small decrease asks for the Jacobian first. A rejected step on an updated
-        # Jacobian also recomputes it (at the same point) before trusting the damping.
-        stale = age > 0
-        # two successive slow steps: a heavily damped first step is slow too
-        converging = accept & slow & state.slow
-        stop = (small | converging) & ~stale
-        if self.updates > 0:
-            # Broyden's rank-one secant update on the free columns (Madsen, Nielsen &
-            # Tingleff 2004, section 3.4): J s = r_new - r after the step.
-            ss = jnp.sum(s**2)
-            secant = J + jnp.outer(r_new - r - J @ s, s) / jnp.where(ss > 0, ss, 1.0)
-            secant_ok = accept & jnp.all(jnp.isfinite(secant)) & (ss > 0)
-            J_next = jnp.where(secant_ok, secant, J)
-            exact = (
-                (accept & ((age + 1 >= self.updates) | ~secant_ok))
-                | (~accept & stale)
-                | ((small | converging) & stale)
+        options = {} if options is None else options
+        free, lower, upper = _mask_and_box(options, y)
+        obj = _objective(fn, args, options, free)
+        s = state
+        if self.updates:  # a stale Jacobian that stopped the last step: compute it here
+            s = jax.lax.cond(s.refresh, lambda s: _recomputed(obj, y, s), lambda s: s, s)
+        phases = self._phases(obj.residuals)
+        trial, model, held, scale2, D2, mu = _damped_step(s, y, lower, upper, free, phases)
+        d = trial - y
+        predicted = -(s.g @ d + 0.5 * d @ model @ d)
+        f_new, r_new, aux_new = obj.value(trial)
+        rho = jnp.where(predicted > 0, (s.f - f_new) / predicted, -1.0)
+        accept = (rho > 1e-4) & jnp.isfinite(f_new)
+        kept = (s.g, s.H, s.jacobian, jnp.asarray(True))
+        if self.updates:
+            exact, updated = _broyden(s, d, r_new, accept, self.updates)
+            g2, H2, J2, good = jax.lax.cond(
+                exact, lambda: obj.derivatives(trial, r_new), lambda: updated
             )
-            age_next = jnp.where(accept, age + 1, age)
-            # a rejection on an updated Jacobian is not the damping's fault: keep mu
-            reject_mu = jnp.where(stale, mu, mu * state.nu)
+            age = jnp.where(exact, 0, jnp.where(accept, s.age + 1, s.age))
         else:
-            J_next, exact, age_next, reject_mu = J, accept, age, mu * state.nu
-        new_state = _LMState(
-            residual=jnp.where(accept, r_new, r),
-            jacobian=J_next,
-            cost=jnp.where(accept, cost_new, state.cost),
-            mu=jnp.where(accept, nielsen(mu, rho), reject_mu),
-            nu=jnp.where(accept | stale, 2.0, 2.0 * state.nu),
-            scale2=scale2,
-            exact=exact,
-            age=age_next,
-            slow=jnp.where(accept, slow, state.slow),
-            done=stop,
-            failed=state.failed | ~J_ok,
-            aux=jax.tree.map(lambda a, b: jnp.where(accept, a, b), aux_new, state.aux),
+            g2, H2, J2, good = jax.lax.cond(
+                accept, lambda: obj.derivatives(trial, r_new), lambda: kept
+            )
+            age = s.age
+        # the cost compared from step to step is the plain solve's: a solve with
+        # sensitivities takes other steps, and its cost differs by the discretization
+        # (1.3e-3 at Fujita's -log L of 3,224), more than a step near the end gains
+        f = jnp.where(accept, f_new, s.f)
+        slow = s.f - f <= self.rtol * jnp.maximum(jnp.abs(s.f), s.floor)
+        converged, stalled, rescue = self._stopping(
+            s,
+            obj.residuals,
+            y,
+            trial,
+            g2,
+            H2,
+            accept,
+            slow,
+            held,
+            free,
+            lower,
+            upper,
+            scale2,
+            D2,
+            mu,
         )
-        return jnp.where(accept, y + s, y), new_state, new_state.aux
+        if self.updates:  # stop only on a computed Jacobian: compute it first
+            stale = s.age > 0  # (the Jacobian this step was made on)
+            refresh = (converged | stalled | rescue | ~accept) & stale
+            converged, stalled, rescue = (x & ~stale for x in (converged, stalled, rescue))
+            # a rejection on an updated Jacobian is not the damping's fault: keep mu
+            reject_mu = jnp.where(s.age > 0, mu, mu * s.nu)
+        else:
+            refresh, reject_mu = jnp.asarray(False), mu * s.nu
+        mu = jnp.where(accept, nielsen(mu, rho), reject_mu)
+        stop = converged | stalled
+        turn = stop & ~s.second  # the Gauss-Newton model's fit ends: the second begins
+        new = _State(
+            f=f, g=g2, H=H2, floor=s.floor, scale2=scale2,
+            mu=jnp.where(rescue, _MARQUARDT, mu),
+            nu=jnp.where(accept | rescue | refresh, 2.0, 2.0 * s.nu),
+            slow=jnp.where(rescue | turn, False, jnp.where(accept, slow, s.slow)),
+            done=stop & s.second,
+            stalled=stalled & ~converged & s.second,
+            rescued=jnp.where(turn, False, s.rescued | rescue),
+            failed=s.failed | ~good,
+            secant=jnp.where(accept & good, structured_secant(s.secant, d, g2 - s.g, H2),
+                             s.secant) if phases else s.secant,
+            second=s.second | stop,
+            residual=None if r_new is None else jnp.where(accept, r_new, s.residual),
+            jacobian=J2, age=age, refresh=refresh,
+            aux=jax.tree.map(lambda a, b: jnp.where(accept, a, b), aux_new, s.aux),
+        )  # fmt: skip
+        return jnp.where(accept, trial, y), new, new.aux
+
+    def _stopping(self, s, residuals, y, trial, g2, H2, accept, slow, held, free, lower, upper,
+                  scale2, D2, mu):  # fmt: skip
+        """Whether the step from `y` to `trial` (accepted or not; `g2`, `H2` at the point
+        the fit is now at) ends the phase: `(converged, stalled, rescue)`, `rescue` where
+        the damping, not the cost, stops it and restarts once."""
+        g, H = s.g, s.H
+        d = trial - y
+        relative = self._noise(residuals)
+        noise = None if relative is None else relative * jnp.maximum(jnp.abs(s.f), s.floor)
+        both = held[:, None] | held[None, :]
+        # the projected gradient in units of the curvature (the decrease a Newton step
+        # would bring is half its square): nothing left to gain
+        moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
+        # (against the curvature there, not its running maximum `D2`, which a start far
+        # out leaves 1e30 times too large: a gradient small against that is not flat)
+        curv = jnp.diag(H2)
+        curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
+        newton = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0))
+        flat = newton <= self.gtol * jnp.sqrt(jnp.minimum(s.floor, 1.0))
+        # stuck where the Gauss-Newton step promises less than the noise of the cost
+        # (the solves' rtol): that is the optimum, as far as the cost can tell (with
+        # no noise to compare with, as for residuals, every point is near)
+        if noise is None:
+            near = jnp.asarray(True)
+        else:
+            gn = -jax.scipy.linalg.solve(
+                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
+                jnp.where(held, 0.0, g),
+                assume_a="pos",
+            )
+            promise = -(g @ gn + 0.5 * gn @ H @ gn)
+            near = promise <= jnp.maximum(noise, self.ftol)
+        # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
+        # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
+        # largest curvature, damps a start whose curvatures span 1e30 by 1e10 and more:
+        # Fujita's at a cost of 1e15, a decay whose scale starts 1e4 off). Such a fit
+        # restarts its damping once at Marquardt's dimensionless 1e-3, and stops as
+        # stagnated (not converged) if that does not free it.
+        size = jnp.sqrt(jnp.sum(D2 * y**2)) + self.atol
+        tiny = jnp.sqrt(jnp.sum(D2 * d**2)) <= self.atol * size
+        crawling = ((~accept & tiny) | (accept & slow & s.slow)) & ~near
+        rescue = crawling & ~s.rescued
+        # no step lowers the cost: the damping ran away, or the step vanished
+        stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
+        settled = stuck if noise is None else stuck & (promise <= noise)
+        stalled = stuck | (crawling & ~rescue)
+        converged = (accept & slow & s.slow & near) | (accept & flat) | settled
+        return converged, stalled, rescue
 
     def terminate(self, fn, y, args, options, state, tags):
         result = optx.RESULTS.where(
-            state.failed, optx.RESULTS.nonlinear_divergence, optx.RESULTS.successful
+            state.failed,
+            optx.RESULTS.nonlinear_divergence,
+            optx.RESULTS.where(state.stalled, optx.RESULTS.stagnation, optx.RESULTS.successful),
         )
         return state.done | state.failed, result
 
     def postprocess(self, fn, y, aux, args, options, state, tags, result):
-        return y, aux, {"cost": state.cost}
+        return y, aux, {"cost": state.f}
+
+
+def _damped_step(s: _State, y, lower, upper, free, phases: bool):
+    """The trial point of one step from `y`: a Levenberg-Marquardt step in the box, on
+    the Gauss-Newton model (or, in the second phase, with the structured secant where
+    that is a descent), and the model, holds and damping it used."""
+    g, H = s.g, s.H
+    # Moré's scaling (the running maximum of each curvature) with Nielsen's damping
+    # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
+    # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
+    # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
+    scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
+    # a parameter at a bound whose gradient points out of the box is held
+    held = ((y <= lower) & (g > 0)) | ((y >= upper) & (g < 0)) | ~free
+    both = held[:, None] | held[None, :]
+    damping = jnp.diag(jnp.where(held, 1.0, mu * D2))
+    gf = jnp.where(held, 0.0, g)
+    if s.jacobian is None:
+        step = -jax.scipy.linalg.solve(jnp.where(both, 0.0, H) + damping, gf, assume_a="pos")
+    else:  # residuals: min ||J d + r||^2 + mu ||D d||^2 by QR of the stacked system,
+        # never through J^T J (whose condition is the square of J's)
+        J = jnp.where(held[None, :], 0.0, s.jacobian)
+        A = jnp.concatenate([J, jnp.sqrt(damping)], axis=0)
+        b = jnp.concatenate([-s.residual, jnp.zeros(y.shape[0], y.dtype)])
+        q, R = jnp.linalg.qr(A)
+        step = jax.scipy.linalg.solve_triangular(R, q.T @ b)
+    trial = jnp.clip(y + jnp.where(held, 0.0, step), lower, upper)
+    if not phases:
+        return trial, H, held, scale2, D2, mu
+    # the second phase's model, unless it is not a descent there (H + S indefinite)
+    HS = H + s.secant
+    step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
+    use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
+    step = jnp.where(use, step2, step)
+    model = jnp.where(use, HS, H)
+    trial = jnp.clip(y + jnp.where(held, 0.0, step), lower, upper)
+    return trial, model, held, scale2, D2, mu
+
+
+def _broyden(s: _State, d, r_new, accept, updates: int):
+    """Whether to compute the Jacobian at the accepted trial point (`exact`), and the
+    derivatives from Broyden's rank-one secant update of the last one (Madsen, Nielsen
+    and Tingleff 2004, section 3.4: `J d = r_new - r` after the step) otherwise."""
+    J, r = s.jacobian, s.residual
+    dd = jnp.sum(d**2)
+    secant = J + jnp.outer(r_new - r - J @ d, d) / jnp.where(dd > 0, dd, 1.0)
+    ok = accept & jnp.all(jnp.isfinite(secant)) & (dd > 0)
+    exact = accept & ((s.age + 1 >= updates) | ~ok)
+    J2 = jnp.where(ok, secant, J)
+    r2 = jnp.where(accept, r_new, r)
+    return exact, (J2.T @ r2, J2.T @ J2, J2, jnp.asarray(True))
+
+
+def _recomputed(obj: _Objective, y, s: _State) -> _State:
+    g, H, J, good = obj.derivatives(y, s.residual)
+    return eqx.tree_at(lambda s: (s.g, s.H, s.jacobian, s.age, s.refresh, s.failed), s,
+                       (g, H, J, jnp.asarray(0), jnp.asarray(False), s.failed | ~good))  # fmt: skip
 
 
 class OptaxLD(eqx.Module):

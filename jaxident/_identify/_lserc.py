@@ -407,7 +407,7 @@ class LSERCResult(eqx.Module):
 def _lserc_jit(target, theta, D, integrator, method: LSERC, throw):
     ref, probes, active, solved = lserc_tree(target, theta, D, integrator, method)
     ok0 = jax.tree.map(lambda x: x[0], solved)
-    if throw is True:
+    if throw:  # (False, or the error mode: `run_kernel`)
         ref = eqx.tree_at(lambda r: r.rank, ref, target.raise_if_failed(ref.rank, ok0))
     return ref, tuple(probes), tuple(active), ok0
 

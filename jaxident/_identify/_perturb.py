@@ -55,7 +55,7 @@ def _response_fn(model, t, response, integrator, forward=False, throw=True):
             out = jnp.concatenate([xs[0], ws[0]])
         else:
             out = model.lift(solved.xs[0])
-        if throw is True:
+        if throw:  # (False, or the error mode: `run_kernel`)
             out = raise_if_failed(model, out, solved)
         return out, status(solved)
 

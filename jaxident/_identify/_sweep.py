@@ -93,11 +93,17 @@ class SweepResult(eqx.Module):
 
 def _default_ok(out) -> Array:
     """A sample succeeded if its output says so (an `ok` field, as on `Sensitivity`,
-    `Selection` and `Trajectory`), else if all its floating values are finite."""
+    `Selection` and `Trajectory`), else if all its floating values are finite. A check
+    that failed inside the sweep (an `error_if`, traced as NaN there) fills every
+    floating value with NaN and every boolean with True, its `ok` too: an output whose
+    floating values are all NaN failed, whatever its `ok` says."""
+    leaves = [x for x in jax.tree.leaves(out) if eqx.is_inexact_array(x)]
+    checked = jnp.asarray(bool(leaves))
+    for x in leaves:
+        checked = checked & jnp.all(jnp.isnan(x))
     flag = getattr(out, "ok", None)
     if flag is not None and not callable(flag):
-        return jnp.asarray(flag, bool)
-    leaves = [x for x in jax.tree.leaves(out) if eqx.is_inexact_array(x)]
+        return jnp.asarray(flag, bool) & ~checked
     ok = jnp.asarray(True)
     for x in leaves:
         ok = ok & jnp.all(jnp.isfinite(x))
@@ -236,8 +242,8 @@ def sweep(
 
     Run-time failures inside `fn` do not stop the sweep: under a trace jaxident's entry
     points return a failure as a status (their default `throw`), so a failed ODE solve
-    or selection gives NaN values and `ok = False` for that sample only (an explicit
-    `throw=True` inside `fn` makes a failure NaN that `ok` may not show: leave it out).
+    or selection gives NaN values and `ok = False` for that sample only (so does an
+    explicit `throw=True` inside `fn`: its check is traced as NaN).
     Peak device memory depends on `batch_size`, not on the number of samples; with
     `out_dir`, host memory does not either.
 

@@ -136,7 +136,7 @@ def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, units, 
         shape=(n, p),
         dependence=dep,
     )
-    if throw is True:
+    if throw:  # (False, or the error mode: `run_kernel`)
         out = result.error_if(out, result != RESULTS.successful)
     return out
 

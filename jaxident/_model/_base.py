@@ -14,7 +14,20 @@ from ._parameters import Parameters, ParameterValues
 
 
 class AbstractSensitivityMethod(eqx.Module):
-    """How forward sensitivities are computed (an `Integrator`'s `sensitivity`)."""
+    """How forward sensitivities are computed (an `Integrator`'s `sensitivity`).
+
+    - `with_state`: whether the sensitivity system is integrated together with the state
+      (the solve `_solve._forward` runs for it: one Newton matrix per step shared by
+      every direction), or the discretised solve is differentiated (`jax.jvp` through
+      diffrax).
+    - `steering()`: the method for the Jacobians that only steer a fit's steps (its
+      final Jacobian is computed with this one).
+    """
+
+    with_state: eqx.AbstractClassVar[bool]
+
+    def steering(self) -> "AbstractSensitivityMethod":
+        return self
 
 
 class SensitivityEquations(AbstractSensitivityMethod):
@@ -34,6 +47,10 @@ class SensitivityEquations(AbstractSensitivityMethod):
     own setting."""
 
     error_control: bool = eqx.field(default=True, static=True)
+    with_state: ClassVar[bool] = True
+
+    def steering(self) -> "SensitivityEquations":
+        return SensitivityEquations(error_control=False)
 
 
 class DifferentiateSolver(AbstractSensitivityMethod):
@@ -42,6 +59,8 @@ class DifferentiateSolver(AbstractSensitivityMethod):
     the numerical solution, whose step sizes the sensitivities do not influence. Often
     a little faster; its error is not controlled (at a kink it can stay at 1e-5 whatever
     `rtol`)."""
+
+    with_state: ClassVar[bool] = False
 
 
 class Integrator(eqx.Module):
@@ -89,6 +108,11 @@ class Integrator(eqx.Module):
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}.")
         if self.algebraic_max_steps < 1:
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
+        if not isinstance(self.sensitivity, AbstractSensitivityMethod):
+            raise TypeError(
+                "sensitivity must be ji.SensitivityEquations() or ji.DifferentiateSolver(), "
+                f"got {self.sensitivity!r}."
+            )
 
     def controller(
         self, jump_ts=None, step_ts=None, times=None, norm=optx.rms_norm

@@ -41,7 +41,7 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     ok = ok & jnp.all(jnp.isfinite(S))
     if scale == "relative":
         nonzero = jnp.all(y != 0)
-        if throw is True:
+        if throw:  # (False, or the error mode: `run_kernel`)
             S = eqx.error_if(
                 S,
                 ok & jnp.any(theta == 0),
@@ -51,11 +51,11 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
             )
         ok = ok & jnp.all(theta != 0)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
-        if throw is True:
+        if throw:  # (False, or the error mode: `run_kernel`)
             S = eqx.error_if(S, ok & ~nonzero, _ZERO_OUTPUT)
         ok = ok & nonzero
     solved = solved._replace(ok=ok)
-    if throw is True:
+    if throw:  # (False, or the error mode: `run_kernel`)
         S = raise_if_failed(model, S, solved)
     S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
     return S, y, ok, status(solved)
@@ -242,7 +242,7 @@ def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, thro
     else:
         L = matmul(Y, jnp.linalg.pinv(after(M, Y)))
     solved = solved._replace(ok=ok)
-    if throw is True:
+    if throw:  # (False, or the error mode: `run_kernel`)
         L = raise_if_failed(model, L, solved)
     nan = jnp.asarray(jnp.nan, L.dtype)
     return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok, status(solved)

@@ -32,20 +32,33 @@ def run_kernel(kernel, *args, throw: bool | None, message, optimize: bool = True
     `_exported.call` keeps it lowered as well, so that a second process does not trace
     it either. Unless `throw is False`, `message(result)` then gives the error message
     of a failed call (or `None`), raised here as an `EquinoxRuntimeError`. Under a
-    caller's trace the kernel runs as it is, with `check=True` only for `throw=True`.
+    caller's trace the kernel runs as it is, with a check only for `throw=True` (`check`
+    is then truthy: the error mode, `_check`).
     `optimize=False` for a kernel that LLVM's passes do not speed up
     (`_config.compiler_options`).
 
     **Returns:** the kernel's result.
     """
     if is_traced(args):
-        return kernel(*args, throw is True)
+        return kernel(*args, _check(throw))
     with checks_as_nan():
         out = call_kept(kernel, *args, False, optimize=optimize)
     text = None if throw is False else message(out)
     if text:
         raise eqx.EquinoxRuntimeError(text)
     return out
+
+
+def _check(throw: bool | None):
+    """A kernel's `check` under a caller's trace: the error mode (`"raise"`, truthy) for
+    `throw=True`, else `False`. Inside `ji.sweep` (equinox's mode `"nan"`) also `False`:
+    a check traced there would fill a whole vmapped batch with NaN for one failing
+    sample, where the kernel's status flags report each sample's own failure. The mode
+    is the argument, not `True`, because JAX keeps an inner kernel's trace by its
+    arguments: a kernel traced with raising checks is not reused where they must not
+    raise, nor the other way round."""
+    mode = on_error_mode() or "raise"
+    return mode if throw is True and mode != "nan" else False
 
 
 def callback_free(*args):

@@ -37,9 +37,7 @@ from .._model._base import (
     AbstractModel,
     AlgebraicModel,
     DAEModel,
-    DifferentiateSolver,
     Integrator,
-    SensitivityEquations,
 )
 from .._model._dae import algebraic_solve
 from .._model._nonsmooth import ld_jvp, record_switches
@@ -239,6 +237,44 @@ def _column_scale(theta: Array, M: Array) -> Array:
     return jnp.where(big > 0, 1.0 / jnp.where(big > 0, big, 1.0), 1.0)
 
 
+def _event_time_term(f, g, trigger, theta, Ms, n_timed, j, t, before, after, tau_theta):
+    """The event time's term of the jump of trigger j at t: `Z+ += (g_x f- - f+)
+    tau_theta`, `tau_theta = -(h_x Z- + h_theta M) / (h_t + h_x f-)` (given: the time's
+    tangent of the event whose jump made trigger j true, in a cascade), and `tau_theta`.
+    `f`, `g` and `trigger` are `_solve_equations`' flat field, jumps and triggers."""
+    (z, Z), (z_new, Z_new) = before, after
+    i = n_timed + j
+    f_before = f(t, z, theta)
+    if tau_theta is None:
+        h_j = lambda tt, zz, pp: trigger(tt, zz, pp)[j]  # noqa: E731
+        ones = jnp.ones_like(t)
+        _, rate = jax.jvp(lambda tt, zz: h_j(tt, zz, theta), (t, z), (ones, f_before))
+        _, h_dirs = ld_jvp(lambda zz, pp: h_j(t, zz, pp), (z, theta), (Z, Ms))
+        tau_theta = -h_dirs / jnp.where(rate != 0, rate, 1.0)
+    _, g_f = jax.jvp(lambda zz: g(i, t, zz, theta), (z,), (f_before,))
+    jump_rate = g_f - f(t, z_new, theta)
+    return (z_new, Z_new + jump_rate[:, None] * tau_theta[None, :]), tau_theta
+
+
+def _observe(model, integrator, unravel, dae: bool, theta, Ms, t, z, Z):
+    """The outputs at `t` from the flat state `z`, their LD-derivatives along `(Z, Ms)`
+    and the state (for a DAE, the algebraic part solved at `t` from its guess)."""
+    view = model.parameters.view
+
+    def h(zz, pp):
+        pv = view(pp)
+        s = unravel(zz)
+        if dae:
+            x, w_guess = s
+            w, ok = algebraic_solve(model, t, x, w_guess, pv, integrator)
+            y = model.output(t, x, w, pv)
+            y = jnp.where(ok, jnp.atleast_1d(jnp.asarray(y, dtype=float)), jnp.nan)
+            return y, w
+        return jnp.atleast_1d(jnp.asarray(model.output(t, s, pv), dtype=float)), s
+
+    return ld_jvp(h, (z, theta), (Z, Ms), has_aux=True)
+
+
 def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator, M, observed=None):
     """Integrate `(z, Z)`; return the flat outputs, their LD-derivatives `(rows, k)` and
     the `Solved` record of the state (`observed`: see `forward_sensitivities`)."""
@@ -294,22 +330,8 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         return None if h is None else jnp.atleast_1d(jnp.asarray(h, dtype=zz.dtype))
 
     def fired(j, t, before, after, tau_theta=None):
-        """The event time's term of the jump of trigger j at t: `Z+ += (g_x f- - f+)
-        tau_theta`, `tau_theta = -(h_x Z- + h_theta M) / (h_t + h_x f-)` (given: the
-        time's tangent of the event whose jump made trigger j true, in a cascade), and
-        `tau_theta`."""
-        (z, Z), (z_new, Z_new) = before, after
-        i = n_timed + j
-        f_before = f(t, z, theta)
-        if tau_theta is None:
-            h_j = lambda tt, zz, pp: trigger(tt, zz, pp)[j]
-            ones = jnp.ones_like(t)
-            _, rate = jax.jvp(lambda tt, zz: h_j(tt, zz, theta), (t, z), (ones, f_before))
-            _, h_dirs = ld_jvp(lambda zz, pp: h_j(t, zz, pp), (z, theta), (Z, Ms))
-            tau_theta = -h_dirs / jnp.where(rate != 0, rate, 1.0)
-        _, g_f = jax.jvp(lambda zz: g(i, t, zz, theta), (z,), (f_before,))
-        jump_rate = g_f - f(t, z_new, theta)
-        return (z_new, Z_new + jump_rate[:, None] * tau_theta[None, :]), tau_theta
+        return _event_time_term(f, g, trigger, theta, Ms, n_timed, j, t, before, after,
+                                tau_theta)  # fmt: skip
 
     timed = None if dae else model.event_times(th)
     n_timed = 0 if timed is None else int(jnp.size(timed))
@@ -328,19 +350,7 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
     zs, Zs = seg.ys
 
     def observe(t, z, Z):
-        def h(zz, pp):
-            pv = view(pp)
-            s = unravel(zz)
-            if dae:
-                x, w_guess = s
-                w, ok = algebraic_solve(model, t, x, w_guess, pv, integrator)
-                y = model.output(t, x, w, pv)
-                y = jnp.where(ok, jnp.atleast_1d(jnp.asarray(y, dtype=float)), jnp.nan)
-                return y, w
-            return jnp.atleast_1d(jnp.asarray(model.output(t, s, pv), dtype=float)), s
-
-        y, Y, state = ld_jvp(h, (z, theta), (Z, Ms), has_aux=True)
-        return y, Y, state
+        return _observe(model, integrator, unravel, dae, theta, Ms, t, z, Z)
 
     ys, Ys, states = jax.vmap(observe)(times, zs, Zs)
     Y = (Ys / c).reshape(-1, M.shape[1])
@@ -360,11 +370,8 @@ def forward_sensitivities(
     """The outputs `y` (flat, time-major), their LD-derivatives `Y = y'(theta; M)` of
     shape `(rows, k)`, and the `Solved` record, by the integrator's sensitivity method.
     `observed` (`(n, outputs)`): the outputs that must be finite (default all)."""
-    method = integrator.sensitivity
-    if isinstance(method, SensitivityEquations) and not isinstance(model, AlgebraicModel):
+    if integrator.sensitivity.with_state and not isinstance(model, AlgebraicModel):
         return _solve_equations(model, theta, times, integrator, M, observed)
-    if not isinstance(method, (SensitivityEquations, DifferentiateSolver)):
-        raise TypeError(f"Unknown sensitivity method {method!r}.")
 
     def f(th):
         solved = solve(model, th, times, integrator, diffrax.ForwardMode(), observed)

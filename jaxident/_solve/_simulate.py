@@ -260,9 +260,169 @@ class _Machine(NamedTuple):
     steps: Any
 
 
+class _Events(NamedTuple):
+    """A model's `m` state-triggered events as the turns of `_triggered` see them: the
+    span solver `run`, the jumps (`jump`, and `fired` with the event time's tangent),
+    the triggers `trigger(t, y)` (fire on a rise through 0) and the vector field."""
+
+    times: Any
+    run: Any
+    jump: Any
+    trigger: Any
+    field: Any
+    fired: Any
+    n_timed: int
+    m: int
+
+    @property
+    def endless(self) -> int:
+        return 2 * self.m + _CASCADE_SLACK
+
+    def fire(self, j, t, y, tau_dir):
+        """Trigger `j`'s jump at `t`, and the tangent of `t` (`fired`'s, from the
+        trigger's root where `tau_dir` is None; a cascade's is the event's before)."""
+        after = self.jump(self.n_timed + j, t, y)
+        return (after, tau_dir) if self.fired is None else self.fired(j, t, y, after, tau_dir)
+
+    def fire_which(self, which, t, y, tau_dir):
+        """`fire` for the trigger `which` (traced)."""
+        own = [functools.partial(self.fire, j, tau_dir=tau_dir) for j in range(self.m)]
+        return jax.lax.switch(which, own, t, y)
+
+    def rearmed(self, armed, fired, t, before, after):
+        """The arming after trigger `fired` fired at `t` (`before` to `after`): every
+        trigger the jump turned false is armed again (the fired one included: `x = x - D`
+        on `x > c`); the fired one is otherwise disarmed until it turns false."""
+        h_b, h_a = self.trigger(t, before), self.trigger(t, after)
+        turned_false = (h_a < 0) & (h_a - h_b < -1e-12 * (1 + jnp.abs(h_b) + jnp.abs(h_a)))
+        return (armed | turned_false).at[fired].set(turned_false[fired])
+
+
+class _Plan(NamedTuple):
+    """What a turn of `_triggered` does: watch the triggers up to `stop`, fire a
+    cascade, or solve to `t1` from `(start, y_start)` (to a located time, or a Newton
+    step `dt` on it while `polishing`); `f` is the vector field at the machine's state."""
+
+    watch: Any
+    cascade: Any
+    runaway: Any
+    pending: Any
+    f: Any
+    dt: Any
+    polishing: Any
+    t1: Any
+    start: Any
+    y_start: Any
+
+
+def _plan(ev: _Events, c: _Machine, stop) -> _Plan:
+    idle = (c.mode == 0) & ~c.done
+    # an armed trigger that a jump made true fires at once, at the same time, the first
+    # in the model's order (the SBML import orders them by priority)
+    pending = c.armed & (ev.trigger(c.s, c.y) > 0)
+    cascade = idle & jnp.any(pending)
+    runaway = cascade & (c.cascade >= ev.endless)
+    cascade = cascade & ~runaway
+    watch = idle & ~cascade & ~runaway
+    # mode 2: the Newton step on the trigger at tau
+    f = ev.field(c.s, c.y)
+    rate = (jnp.ones_like(c.s), f)
+    h, dh = jax.jvp(lambda tt, yy: ev.trigger(tt, yy)[c.which], (c.s, c.y), rate)
+    dt = jnp.where((c.mode == 2) & ~c.done, -h / jnp.where(dh != 0, dh, 1.0), 0.0)
+    converged = jnp.abs(dt) <= 1e-12 * (1 + jnp.abs(c.s))
+    polishing = (c.mode == 2) & ~c.done & ~converged & (c.polish < _POLISH)
+    t1 = jnp.where(watch, stop, c.s)
+    t1 = jnp.where((c.mode == 1) & ~c.done, c.tau, t1)
+    t1 = jnp.where(polishing, c.s + jax.lax.stop_gradient(dt), t1)
+    # a step back: again from where mode 1 started
+    back = polishing & (dt < 0)
+    start = jnp.where(back, c.back[0], c.s)
+    y_start = _select(back, c.back[1], c.y)
+    return _Plan(watch, cascade, runaway, pending, f, dt, polishing, t1, start, y_start)
+
+
+def _solve_watching(ev: _Events, c: _Machine, plan: _Plan):
+    """The turn's solve, watching each armed trigger's rise (and each fired one's fall)
+    where it watches: the solution, and `(t_end, y_end)` where it ended."""
+
+    def cond(j):
+        def fn(t, y, args, **kwargs):  # (diffrax passes them by name)
+            hj = ev.trigger(t, y)[j]
+            return jnp.where(plan.watch, jnp.where(c.armed[j], hj, -hj), -1.0)
+
+        return fn
+
+    event = diffrax.Event([cond(j) for j in range(ev.m)], direction=True, root_finder=_ROOT)
+    times = jnp.clip(ev.times, plan.start, plan.t1)
+    sol = ev.run(plan.start, plan.t1, plan.y_start, times, event)
+    # the end (t1, or the event's time): the last entry saved (after an event, the times
+    # not reached are inf)
+    last = jnp.sum(jnp.isfinite(sol.ts)) - 1
+    return sol, sol.ts[last], jax.tree.map(lambda a: a[last], sol.ys)
+
+
+def _turn(ev: _Events, c: _Machine, stop) -> _Machine:
+    """One turn of `_triggered`'s state machine."""
+    plan = _plan(ev, c, stop)
+    watch, cascade, live = plan.watch, plan.cascade, ~c.done
+    sol, t_end, y_end = _solve_watching(ev, c, plan)
+    mask = jnp.stack([jnp.asarray(e) for e in jax.tree.leaves(sol.event_mask)]) & watch
+    hit = jnp.any(mask)
+    failed = ~diffrax.is_okay(sol.result) & live  # (an event is okay)
+    # observations: the rest of the span after a watched solve without an event; those
+    # before tau from mode 1
+    seg = jax.tree.map(lambda a: a[:-1], sol.ys)
+    rest = watch & ~hit
+    ys = _select((ev.times >= c.s) & rest, seg, c.ys)
+    ys = _select((ev.times >= c.s) & (ev.times < c.tau) & (c.mode == 1) & live, seg, ys)
+    which = jnp.where(hit, jnp.argmax(mask), c.which)
+    which = jnp.where(cascade, jnp.argmax(plan.pending), which)
+    rearm = (c.mode == 1) & live & ~c.armed[which]
+    finish = (c.mode == 2) & live & ~plan.polishing
+    # the fired state, at the polished time with its derivative kept
+    move = plan.dt - jax.lax.stop_gradient(plan.dt)
+    s_fin = c.s + move
+    y_fin = jax.tree.map(lambda a, v: a + v * move, c.y, plan.f)
+    y_fired, tau_fired = ev.fire_which(which, s_fin, y_fin, None)
+    # a cascade's time is the event's that started it, and so is its tangent
+    y_cascade, _ = ev.fire_which(which, c.s, c.y, c.tau_dir)
+    # where the machine goes
+    s_next = jnp.where(watch | c.done, c.s, t_end)
+    s_next = jnp.where(finish, s_fin, s_next)
+    s_next = jnp.where(rest, t_end, s_next)
+    y_next = _select(watch | c.done, c.y, y_end)
+    y_next = _select(rest, y_end, y_next)
+    y_next = _select(finish, y_fired, y_next)
+    y_next = _select(cascade, y_cascade, y_next)
+    mode = jnp.where(hit, 1, c.mode)
+    mode = jnp.where((c.mode == 1) & live, jnp.where(rearm, 0, 2), mode)
+    mode = jnp.where(finish, 0, mode)
+    armed = jnp.where(rearm, c.armed.at[which].set(True), c.armed)
+    armed = jnp.where(finish, ev.rearmed(c.armed, which, s_fin, y_fin, y_fired), armed)
+    armed = jnp.where(cascade, ev.rearmed(c.armed, which, c.s, c.y, y_cascade), armed)
+    return _Machine(
+        s=s_next,
+        y=y_next,
+        back=jax.tree.map(lambda a, b: jnp.where(hit, a, b), (c.s, c.y), c.back),
+        ys=ys,
+        armed=armed,
+        mode=mode,
+        tau=jnp.where(hit, jax.lax.stop_gradient(t_end), c.tau),
+        which=which,
+        polish=jnp.where(plan.polishing, c.polish + 1, 0),
+        cascade=jnp.where(cascade, c.cascade + 1, jnp.where(watch, 0, c.cascade)),
+        tau_dir=jax.tree.map(lambda a, b: jnp.where(finish, a, b), tau_fired, c.tau_dir),
+        done=c.done | rest | failed | plan.runaway,
+        result=diffrax.RESULTS.where(
+            plan.runaway, CASCADE, diffrax.RESULTS.where(failed, sol.result, c.result)
+        ),
+        steps=c.steps + jnp.where(c.done, 0, sol.stats["num_accepted_steps"]),
+    )
+
+
 def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
     """The span solver of `in_segments` for a model with `m` event triggers: a state
-    machine (one `lax.scan`, one compiled solve per turn) that, from `start`,
+    machine (one `lax.scan`, one compiled solve per turn, `_turn`) that, from `start`,
 
     0. solves towards `stop` watching the triggers (a `diffrax.Event` on each armed
        trigger's rise, and on each fired trigger's fall, which re-arms it); without an
@@ -279,118 +439,10 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
 
     Observations before `tau` are read from step 1, those after it from later solves.
     Returns `(ys, y at stop, result, steps)`."""
+    ev = _Events(times, run, jump, trigger, field, fired, n_timed, m)
     fires_at_t0 = jnp.asarray(model.fires_at_t0[n_timed:], dtype=bool)
-    endless = 2 * m + _CASCADE_SLACK
-    turns = (2 + _POLISH) * MAX_TRIGGER_EVENTS + endless + 2
+    turns = (2 + _POLISH) * MAX_TRIGGER_EVENTS + ev.endless + 2
     t_model0 = jnp.asarray(model.t0, times.dtype)
-
-    def fire(j, t, y, tau_dir):
-        """Trigger `j`'s jump at `t`, and the tangent of `t` (`fired`'s, from the
-        trigger's root where `tau_dir` is None; a cascade's is the event's before)."""
-        after = jump(n_timed + j, t, y)
-        return (after, tau_dir) if fired is None else fired(j, t, y, after, tau_dir)
-
-    def rearmed(armed, fired, t, before, after):
-        """The arming after trigger `fired` fired at `t` (`before` to `after`): every
-        trigger the jump turned false is armed again (the fired one included: `x = x - D`
-        on `x > c`); the fired one is otherwise disarmed until it turns false."""
-        h_b, h_a = trigger(t, before), trigger(t, after)
-        turned_false = (h_a < 0) & (h_a - h_b < -1e-12 * (1 + jnp.abs(h_b) + jnp.abs(h_a)))
-        return (armed | turned_false).at[fired].set(turned_false[fired])
-
-    def turn(c: _Machine, stop) -> _Machine:
-        idle = (c.mode == 0) & ~c.done
-        # an armed trigger that a jump made true fires at once, at the same time, the
-        # first in the model's order (the SBML import orders them by priority)
-        pending = c.armed & (trigger(c.s, c.y) > 0)
-        cascade = idle & jnp.any(pending)
-        runaway = cascade & (c.cascade >= endless)
-        cascade = cascade & ~runaway
-        watch = idle & ~cascade & ~runaway
-        # mode 2: the Newton step on the trigger at tau
-        f = field(c.s, c.y)
-        rate = (jnp.ones_like(c.s), f)
-        h, dh = jax.jvp(lambda tt, yy: trigger(tt, yy)[c.which], (c.s, c.y), rate)
-        dt = jnp.where((c.mode == 2) & ~c.done, -h / jnp.where(dh != 0, dh, 1.0), 0.0)
-        converged = jnp.abs(dt) <= 1e-12 * (1 + jnp.abs(c.s))
-        polishing = (c.mode == 2) & ~c.done & ~converged & (c.polish < _POLISH)
-        t1 = jnp.where(watch, stop, c.s)
-        t1 = jnp.where((c.mode == 1) & ~c.done, c.tau, t1)
-        t1 = jnp.where(polishing, c.s + jax.lax.stop_gradient(dt), t1)
-        # a step back: again from where mode 1 started
-        back = polishing & (dt < 0)
-        start = jnp.where(back, c.back[0], c.s)
-        y_start = _select(back, c.back[1], c.y)
-
-        def cond(j):
-            def fn(t, y, args, **kwargs):  # (diffrax passes them by name)
-                hj = trigger(t, y)[j]
-                return jnp.where(watch, jnp.where(c.armed[j], hj, -hj), -1.0)
-
-            return fn
-
-        event = diffrax.Event([cond(j) for j in range(m)], direction=True, root_finder=_ROOT)
-        sol = run(start, t1, y_start, jnp.clip(times, start, t1), event)
-        seg = jax.tree.map(lambda a: a[:-1], sol.ys)
-        # the end (t1, or the event's time): the last entry saved (after an event, the
-        # times not reached are inf)
-        last = jnp.sum(jnp.isfinite(sol.ts)) - 1
-        y_end = jax.tree.map(lambda a: a[last], sol.ys)
-        t_end = sol.ts[last]
-        mask = jnp.stack([jnp.asarray(e) for e in jax.tree.leaves(sol.event_mask)]) & watch
-        hit = jnp.any(mask)
-        failed = ~diffrax.is_okay(sol.result) & ~c.done  # (an event is okay)
-        # observations: the rest of the span after a watched solve without an event;
-        # those before tau from mode 1
-        rest = watch & ~hit
-        ys = _select((times >= c.s) & rest, seg, c.ys)
-        ys = _select((times >= c.s) & (times < c.tau) & (c.mode == 1) & ~c.done, seg, ys)
-        which = jnp.where(hit, jnp.argmax(mask), c.which)
-        which = jnp.where(cascade, jnp.argmax(pending), which)
-        tau = jnp.where(hit, jax.lax.stop_gradient(t_end), c.tau)
-        rearm = (c.mode == 1) & ~c.done & ~c.armed[which]
-        finish = (c.mode == 2) & ~c.done & ~polishing
-        # the fired state, at the polished time with its derivative kept
-        move = dt - jax.lax.stop_gradient(dt)
-        s_fin = c.s + move
-        y_fin = jax.tree.map(lambda a, v: a + v * move, c.y, f)
-        own = [functools.partial(fire, j, tau_dir=None) for j in range(m)]
-        y_fired, tau_fired = jax.lax.switch(which, own, s_fin, y_fin)
-        # a cascade's time is the event's that started it, and so is its tangent
-        at_once = [functools.partial(fire, j, tau_dir=c.tau_dir) for j in range(m)]
-        y_cascade, _ = jax.lax.switch(which, at_once, c.s, c.y)
-        # where the machine goes
-        s_next = jnp.where(watch | c.done, c.s, t_end)
-        s_next = jnp.where(finish, s_fin, s_next)
-        y_next = _select(watch | c.done, c.y, y_end)
-        y_next = _select(rest, y_end, y_next)
-        y_next = _select(finish, y_fired, y_next)
-        y_next = _select(cascade, y_cascade, y_next)
-        s_next = jnp.where(rest, t_end, s_next)
-        mode = jnp.where(hit, 1, c.mode)
-        mode = jnp.where((c.mode == 1) & ~c.done, jnp.where(rearm, 0, 2), mode)
-        mode = jnp.where(finish, 0, mode)
-        armed = jnp.where(rearm, c.armed.at[which].set(True), c.armed)
-        armed = jnp.where(finish, rearmed(c.armed, which, s_fin, y_fin, y_fired), armed)
-        armed = jnp.where(cascade, rearmed(c.armed, which, c.s, c.y, y_cascade), armed)
-        return _Machine(
-            s=s_next,
-            y=y_next,
-            back=jax.tree.map(lambda a, b: jnp.where(hit, a, b), (c.s, c.y), c.back),
-            ys=ys,
-            armed=armed,
-            mode=mode,
-            tau=tau,
-            which=which,
-            polish=jnp.where(polishing, c.polish + 1, 0),
-            cascade=jnp.where(cascade, c.cascade + 1, jnp.where(watch, 0, c.cascade)),
-            tau_dir=jax.tree.map(lambda a, b: jnp.where(finish, a, b), tau_fired, c.tau_dir),
-            done=c.done | rest | failed | runaway,
-            result=diffrax.RESULTS.where(
-                runaway, CASCADE, diffrax.RESULTS.where(failed, sol.result, c.result)
-            ),
-            steps=c.steps + jnp.where(c.done, 0, sol.stats["num_accepted_steps"]),
-        )
 
     def span(start, stop, y0, armed_before):
         y = y0
@@ -401,12 +453,12 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
             now = (start == t_model0) & ~armed & fires_at_t0
             for j in range(m):
                 y_j = jump(n_timed + j, start, y)
-                armed = jnp.where(now[j], rearmed(armed, j, start, y, y_j), armed)
+                armed = jnp.where(now[j], ev.rearmed(armed, j, start, y, y_j), armed)
                 y = _select(now[j], y_j, y)
         else:  # after a timed event: the triggers it turned false are armed again
             armed = armed_before | (trigger(start, y0) < 0)
         # a cascade after t0 or a timed event takes no time term (a fixed, or warped, time)
-        shape = jax.eval_shape(lambda: fire(0, start, y, None)[1])
+        shape = jax.eval_shape(lambda: ev.fire(0, start, y, None)[1])
         tau_none = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
         ys = jax.tree.map(lambda a: jnp.zeros((times.shape[0], *a.shape), a.dtype), y)
         c = _Machine(
@@ -415,7 +467,7 @@ def _triggered(model, times, run, jump, trigger, field, fired, n_timed, m):
             tau_dir=tau_none, done=jnp.asarray(False),
             result=diffrax.RESULTS.successful, steps=jnp.asarray(0),
         )  # fmt: skip
-        c, _ = jax.lax.scan(lambda c, _: (turn(c, stop), None), c, None, turns)
+        c, _ = jax.lax.scan(lambda c, _: (_turn(ev, c, stop), None), c, None, turns)
         result = diffrax.RESULTS.where(c.done, c.result, diffrax.RESULTS.max_steps_reached)
         return c.ys, c.y, result, c.steps, c.armed
 
@@ -621,7 +673,7 @@ def status(solved: Solved) -> Solved:
 def _simulate(model, theta, times, integrator, throw):
     solved = solve(model, theta, times, integrator, diffrax.RecursiveCheckpointAdjoint())
     ys = solved.ys
-    if throw is True:
+    if throw:  # (False, or the error mode: `run_kernel`)
         ys = raise_if_failed(model, ys, solved)
     traj = Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
     return traj, status(solved)

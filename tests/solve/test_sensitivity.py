@@ -179,6 +179,16 @@ def test_one_throw_convention_on_the_host_under_jit_vmap_and_in_a_sweep():
     raises under a trace too; `throw=False` never. No context variable decides it."""
     model = BlowUp()
     thetas = jnp.array([[2.0], [0.2]])
+    # an explicit throw=True inside a sweep: its check is traced as NaN, which fills the
+    # result's `ok` with True; the sample still reads as failed (first: the kernels
+    # traced below with raising checks are then cached)
+    loud = ji.sweep(lambda th: ji.sensitivity(model, th, throw=True), thetas, progress=False)
+    np.testing.assert_array_equal(np.asarray(loud.ok), [False, True])
+    # a selection whose check would fill the whole vmapped batch (the good sample's
+    # `ok` too) with equinox's NaN: the sweep reads each sample's own status instead
+    A = jnp.asarray(np.random.default_rng(0).standard_normal((2, 6, 3))).at[0, 0, 0].set(jnp.nan)
+    picked = ji.sweep(lambda a: ji.select_parameters(a, k=2, throw=True), A, progress=False)
+    np.testing.assert_array_equal(np.asarray(picked.ok), [False, True])
     for entry in (ji.simulate, ji.sensitivity):
         out = jax.vmap(lambda th, f=entry: f(model, th))(thetas)
         np.testing.assert_array_equal(np.asarray(out.ok), [False, True])
