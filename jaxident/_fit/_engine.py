@@ -18,7 +18,7 @@ from .._model._base import Integrator
 from .._problem._measurements import box_transform, near_bound
 from .._solve._forward import forward_sensitivities
 from .._solve._simulate import solve
-from ._solvers import LevenbergMarquardt, OptaxLD
+from ._solvers import LevenbergMarquardt, NO_TAGS, OptaxLD, outcome, run_steps
 
 
 _FAILED_RESIDUAL = 1e8
@@ -134,39 +134,22 @@ def _lm_fn(ls, theta0, free):
     return fm, lambda z, args: (residual(z, args), None), options
 
 
-_NO_TAGS = frozenset()
-
-
 @eqx.filter_jit
 def lm_begin(ls, theta0, free, solver):
     fm, fn, options = _lm_fn(ls, theta0, free)
-    return fm.z0, solver.init(fn, fm.z0, None, options, None, None, _NO_TAGS)
+    return fm.z0, solver.init(fn, fm.z0, None, options, None, None, NO_TAGS)
 
 
 @eqx.filter_jit
 def lm_advance(ls, theta0, free, solver, z, state, steps, until):
     """Levenberg-Marquardt steps from `(z, state)` until it stops or `steps == until`."""
     _, fn, options = _lm_fn(ls, theta0, free)
-
-    def cond(c):
-        z, state, k = c
-        done, _ = solver.terminate(fn, z, None, options, state, _NO_TAGS)
-        return ~done & (k < until)
-
-    def body(c):
-        z, state, k = c
-        z, state, _ = solver.step(fn, z, None, options, state, _NO_TAGS)
-        return z, state, k + 1
-
-    return jax.lax.while_loop(cond, body, (z, state, steps))
+    return run_steps(solver, fn, options, z, state, steps, until)
 
 
 @eqx.filter_jit
 def lm_finish(ls, theta0, free, solver, z, state, steps, max_steps):
     fm, fn, options = _lm_fn(ls, theta0, free)
-    done, result = solver.terminate(fn, z, None, options, state, _NO_TAGS)
-    result = optx.RESULTS.where(
-        ~done & (steps >= max_steps), optx.RESULTS.nonlinear_max_steps_reached, result
-    )
+    result = outcome(solver, fn, options, z, state, steps, max_steps)
     return _finish(fm, fm.params(z), ls.data, ls.sigma, free, ls.lower, ls.upper,
                    ls.bounded, steps, result)  # fmt: skip

@@ -28,7 +28,13 @@ from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
-from ._solvers import LevenbergMarquardt, structured_secant as structured_secant
+from ._solvers import (
+    LevenbergMarquardt,
+    NO_TAGS,
+    outcome,
+    run_steps,
+    structured_secant as structured_secant,
+)
 
 
 def gradient_and_fisher(problem: Problem, out: Prediction):
@@ -52,7 +58,6 @@ def gradient_and_fisher(problem: Problem, out: Prediction):
 
 _NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
 _PROMISE = 1e-3  # a decrease of -log L that no likelihood-based conclusion notices
-_NO_TAGS = frozenset()
 
 
 _AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
@@ -165,22 +170,9 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     fn = lambda theta, _: (nll(theta), None)  # noqa: E731
     options = {"derivatives": lambda theta, _: with_derivatives(theta), "free": free,
                "bounds": (lower, upper)}  # fmt: skip
-    state = solver.init(fn, theta0, None, options, None, None, _NO_TAGS)
-
-    def cond(c):
-        _, s, k = c
-        return ~s.done & ~s.failed & (k < max_steps)
-
-    def body(c):
-        theta, s, k = c
-        theta, s, _ = solver.step(fn, theta, None, options, s, _NO_TAGS)
-        return theta, s, k + 1
-
-    theta, s, steps = jax.lax.while_loop(cond, body, (theta0, state, jnp.asarray(0)))
-    _, result = solver.terminate(fn, theta, None, options, s, _NO_TAGS)
-    result = optx.RESULTS.where(
-        ~s.done & ~s.failed, optx.RESULTS.nonlinear_max_steps_reached, result
-    )
+    state = solver.init(fn, theta0, None, options, None, None, NO_TAGS)
+    theta, s, steps = run_steps(solver, fn, options, theta0, state, jnp.asarray(0), max_steps)
+    result = outcome(solver, fn, options, theta, s, steps, max_steps)
     return theta, s.f, steps, result, at_bound(theta, lower, upper, free)
 
 

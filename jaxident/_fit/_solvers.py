@@ -372,6 +372,34 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         return y, aux, {"cost": state.f}
 
 
+NO_TAGS = frozenset()
+
+
+def run_steps(solver, fn, options, y, state, steps, until):
+    """`solver`'s steps from `(y, state)` until it stops or `steps == until` (a fit in
+    one loop, or a chunk of one that a host loop runs): `(y, state, steps)`."""
+
+    def cond(c):
+        y, state, k = c
+        done, _ = solver.terminate(fn, y, None, options, state, NO_TAGS)
+        return ~done & (k < until)
+
+    def body(c):
+        y, state, k = c
+        y, state, _ = solver.step(fn, y, None, options, state, NO_TAGS)
+        return y, state, k + 1
+
+    return jax.lax.while_loop(cond, body, (y, state, steps))
+
+
+def outcome(solver, fn, options, y, state, steps, max_steps):
+    """The `optimistix.RESULTS` of `run_steps`: the solver's, or the step cap reached."""
+    done, result = solver.terminate(fn, y, None, options, state, NO_TAGS)
+    return optx.RESULTS.where(
+        ~done & (steps >= max_steps), optx.RESULTS.nonlinear_max_steps_reached, result
+    )
+
+
 def _damped_step(s: _State, y, lower, upper, free, phases: bool):
     """The trial point of one step from `y`: a Levenberg-Marquardt step in the box, on
     the Gauss-Newton model (or, in the second phase, with the structured secant where
@@ -396,15 +424,14 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool):
         b = jnp.concatenate([-s.residual, jnp.zeros(y.shape[0], y.dtype)])
         q, R = jnp.linalg.qr(A)
         step = jax.scipy.linalg.solve_triangular(R, q.T @ b)
-    trial = jnp.clip(y + jnp.where(held, 0.0, step), lower, upper)
-    if not phases:
-        return trial, H, held, scale2, D2, mu
-    # the second phase's model, unless it is not a descent there (H + S indefinite)
-    HS = H + s.secant
-    step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
-    use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
-    step = jnp.where(use, step2, step)
-    model = jnp.where(use, HS, H)
+    model = H
+    if phases:  # the second phase's model, unless it is not a descent there (H + S
+        # indefinite)
+        HS = H + s.secant
+        step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
+        use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
+        step = jnp.where(use, step2, step)
+        model = jnp.where(use, HS, H)
     trial = jnp.clip(y + jnp.where(held, 0.0, step), lower, upper)
     return trial, model, held, scale2, D2, mu
 
