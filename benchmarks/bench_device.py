@@ -67,7 +67,7 @@ def fit_rows(problem, n: int, batches, cpu: bool, left) -> dict:
         row["three_steps_s"] = three = time.perf_counter() - t
         if three / 3 * 256 * (m / size) < left() / 3:
             t = time.perf_counter()
-            fits = ji.estimate(problem, starts=pts, batch=size, progress=False)
+            fits = ji.estimate(problem, starts=pts, batch=size, progress=False).fits
             row["fits_s"] = time.perf_counter() - t
             row["per_start_s"] = row["fits_s"] / m
             back = np.argsort(np.asarray(fits.order))

@@ -82,7 +82,7 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200,
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     fits = ji.estimate(problem, starts=starts, progress=False, max_steps=max_steps,
-                       optimizer=optimizer)  # fmt: skip
+                       optimizer=optimizer).fits  # fmt: skip
     wall = time.perf_counter() - t0
     nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
     out = {

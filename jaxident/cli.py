@@ -362,12 +362,12 @@ def _analyze_problem(args, problem) -> int:
     t0 = time.perf_counter()
     theta, report = None, {}
     if args.fit:
-        fits = _fit(args, problem, args.fit)
-        theta, report["fit"] = fits.best, fits.to_dict()
-        print(fits)
+        fit = _fit(args, problem, args.fit)
+        theta, report["fit"] = fit.theta, fit.to_dict()
+        print(fit)
         print(
-            f"\nAnalysed at the best fit (log-likelihood {fits.log_likelihood:.6g}, reached "
-            f"within {fits.tol:g} by {fits.n_at_best} of {args.fit} starts).\n"
+            f"\nAnalysed at the best fit (log-likelihood {fit.log_likelihood:.6g}, reached "
+            f"within {fit.fits.tol:g} by {fit.n_at_best} of {args.fit} starts).\n"
         )
     else:
         print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
@@ -401,10 +401,10 @@ def cmd_fit(args) -> int:
             "ji.estimate(ji.Problem.from_model(model, data, times, sigma), starts=N)."
         )
     t0 = time.perf_counter()
-    fits = _fit(args, problem, args.starts)
-    print(fits)
+    fit = _fit(args, problem, args.starts)
+    print(fit)
     print(f"({time.perf_counter() - t0:.1f}s)")
-    _write(args, fits.to_dict(), lambda: fits.plot().figure)
+    _write(args, fit.to_dict(), lambda: fit.plot().figure)
     return 0
 
 

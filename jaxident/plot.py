@@ -196,9 +196,10 @@ def stepwise(result, ax=None):
 
 
 def waterfall(fits, ax=None):
-    """A multi-start estimation (`ji.estimate(problem, starts=N)`): each fit's negative
-    log-likelihood above the best, plus 1, on a log axis, sorted; the fits within
-    `fits.tol` of the best in blue, failed fits (infinite) left out."""
+    """A multi-start estimation (`ji.estimate(problem, starts=N)`, or its `fits`): each
+    fit's negative log-likelihood above the best, plus 1, on a log axis, sorted; the
+    fits within `fits.tol` of the best in blue, failed fits (infinite) left out."""
+    fits = getattr(fits, "fits", None) or fits
     ax = _axes(ax)
     nll = np.asarray(fits.nll, float)
     finite = np.isfinite(nll)

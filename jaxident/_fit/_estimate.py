@@ -2,14 +2,16 @@
 `ji.profile`, `ji.set_by_set` and `ji.one_by_one` run."""
 
 import os
+import warnings
 from collections.abc import Sequence
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
-from scipy.special import stdtrit
+from scipy.special import ndtri, stdtrit
 
 from .._linalg._rank import RelativeTolerance
 from .._model._base import AbstractModel, Integrator
@@ -21,42 +23,64 @@ from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
-from ._multistart import estimate_problem, MultiStart
+from ._multistart import estimate_problem, MultiStart, objective
 from ._optimizers import AbstractOptimizer, checked_optimizer
 from ._solvers import LevenbergMarquardt, OptaxLD
 
 
 class Estimate(eqx.Module):
-    """The result of `ji.estimate`.
+    """The result of `ji.estimate`: the estimate with its uncertainties, and for a
+    problem (or starts) every start's fit.
 
-    **Fields:** `names`, `theta` (the estimate; held parameters keep their starting
-    values), `theta0` (the start), `free` (which parameters were estimated), `residuals`
-    (weighted, at the estimate; NaN where a datum is missing), `cost` (their sum of
-    squares), `jacobian` (of the weighted residuals with respect to every parameter,
-    held ones included: the weighted sensitivity matrix at the estimate), `steps`,
+    **Fields:** `names`, `theta` (the estimate, on the estimation scales for a problem;
+    held parameters keep their starting values), `theta0` (its start), `free` (which
+    parameters were estimated), `cost` (the sum of squared weighted residuals of a
+    model's least squares, or the negative log-likelihood of a problem), `steps`,
     `result` (an `optimistix.RESULTS`: `successful`, `nonlinear_max_steps_reached`,
-    `nonlinear_divergence`), `at_bound` (which free parameters ended within 1e-3 of
-    their box's width from a bound, measured as the fit's change of variables measures
-    it: logarithmically where both bounds are positive; the rule of
-    `StepwiseSelection.at_bound`).
+    `stagnation`, `nonlinear_divergence`), `at_bound` (which free parameters ended
+    within 1e-3 of their box's width from a bound: for a model's least squares measured
+    as its change of variables measures it, logarithmically where both bounds are
+    positive; the rule of `StepwiseSelection.at_bound`). A model's least squares also
+    has `residuals` (weighted, at the estimate; NaN where a datum is missing) and
+    `jacobian` (of the weighted residuals with respect to every parameter, held ones
+    included: the weighted sensitivity matrix at the estimate). A problem's has
+    `fisher` (the Fisher information of every parameter at the estimate) and `fits`
+    (a `ji.MultiStart`: every start's fit, sorted, the best first; this estimate is its
+    best).
 
     **Properties:** `ok` (`result == successful`), `stopped_at_max_steps`, `message`
-    (why it failed, or ""), `covariance` (`s^2 (J_f^T J_f)^{-1}` over the free columns
-    with `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; zero rows and columns for
-    held parameters; infinite when `J_f` is rank deficient), `std_errors`,
-    `relative_std` (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t).
+    (why it failed, or ""), `covariance` over the free parameters (zero rows and columns
+    for held ones, infinite where they are not identifiable at the estimate, i.e. where
+    the matrix below is rank deficient): for a model's least squares
+    `s^2 (J_f^T J_f)^{-1}` with `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; for
+    a problem the inverse of the free parameters' Fisher information (the Wald
+    covariance: the likelihood's own noise, nothing rescaled). Both are joint over the
+    free parameters and conditional on the held ones (`held`). `std_errors`,
+    `relative_std` (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t
+    for least squares, normal for a likelihood; `ji.likelihood_intervals` gives the
+    profile-likelihood ones), `log_likelihood` (a problem's), `n_at_best` (fits within
+    `fits.tol` of the best). **Methods:** `plot()` (a problem's waterfall plot of every
+    fit), `to_dict()`.
+
+    **Changed (one result type):** `ji.estimate(problem, ...)` returned a
+    `ji.MultiStart` before: its table is now `fits`. `best`, `best_nll`, `nll`,
+    `starts`, `order` and `tol` still read it, with a deprecation warning; `theta`,
+    `steps`, `result`, `at_bound` and `ok` are the best fit's (`fits.theta`, ... keep
+    every fit's).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
     theta: Float[Array, " p"]
     theta0: Float[Array, " p"]
     free: Bool[Array, " p"]
-    residuals: Float[Array, " n"]
+    residuals: Float[Array, " n"] | None
     cost: Float[Array, ""]
-    jacobian: Float[Array, "n p"]
+    jacobian: Float[Array, "n p"] | None
     steps: Int[Array, ""]
     result: optx.RESULTS
     at_bound: Bool[Array, " p"]
+    fisher: Float[Array, "p p"] | None = None
+    fits: MultiStart | None = None
 
     @property
     def ok(self) -> Bool[Array, "..."]:
@@ -91,18 +115,32 @@ class Estimate(eqx.Module):
         )
 
     @property
+    def held(self) -> tuple[str, ...]:
+        """The parameters held at their starting values."""
+        return tuple(n for n, f in zip(self.names, np.asarray(self.free)) if not f)
+
+    @property
     def dof(self) -> int:
+        """Degrees of freedom of a model's least squares: finite residuals less the free
+        parameters."""
+        if self.residuals is None:
+            raise AttributeError("dof: a model's least squares has it; a likelihood has not.")
         n_free = int(np.asarray(self.free).sum())
         return int(np.isfinite(np.asarray(self.residuals)).sum()) - n_free
 
     @property
     def covariance(self) -> np.ndarray:
         free = np.asarray(self.free)
-        J = np.asarray(self.jacobian)[:, free]
         p = free.size
         cov = np.zeros((p, p))
-        if J.shape[1] == 0:
+        if not free.any():
             return cov
+        if self.fisher is not None:
+            F = np.asarray(self.fisher, float)[np.ix_(free, free)]
+            inverse = _inverse_information(F)
+            cov[np.ix_(free, free)] = np.inf if inverse is None else inverse
+            return cov
+        J = np.asarray(self.jacobian)[:, free]
         _, s, vt = np.linalg.svd(J, full_matrices=False)
         full_rank = int(RelativeTolerance()(jnp.asarray(s), J.shape)) == J.shape[1]
         if not full_rank or self.dof <= 0:
@@ -121,17 +159,59 @@ class Estimate(eqx.Module):
         return self.std_errors / np.abs(np.asarray(self.theta))
 
     def confidence_intervals(self, level: float = 0.95) -> np.ndarray:
-        """`(p, 2)` Student-t intervals at `level`."""
+        """`(p, 2)` Wald intervals at `level`: Student t for a model's least squares
+        (`s^2` estimated), normal for a problem's likelihood."""
         if not 0 < level < 1:
             raise ValueError(f"level must lie in (0, 1), got {level}.")
-        q = stdtrit(max(self.dof, 1), 0.5 + level / 2)  # Student's t quantile
+        if self.fisher is not None:
+            q = ndtri(0.5 + level / 2)
+        else:
+            q = stdtrit(max(self.dof, 1), 0.5 + level / 2)  # Student's t quantile
         th = np.asarray(self.theta)
         se = self.std_errors
         return np.stack([th - q * se, th + q * se], axis=1)
 
+    def _multi(self, what: str) -> MultiStart:
+        if self.fits is None:
+            raise AttributeError(
+                f"{what}: a model's least squares without starts has one fit; give starts= "
+                "(or fit a problem) for a multi-start."
+            )
+        return self.fits
+
+    @property
+    def log_likelihood(self) -> float:
+        """The log-likelihood at the estimate (a problem's fit)."""
+        return self._multi("log_likelihood").log_likelihood
+
+    @property
+    def n_at_best(self) -> int:
+        """The fits within `fits.tol` of the best negative log-likelihood."""
+        return self._multi("n_at_best").n_at_best
+
+    def plot(self, ax=None):
+        """The waterfall plot of every fit (`ji.plot.waterfall`)."""
+        return self._multi("plot").plot(ax=ax)
+
+    def _deprecated(self, name: str, new: str):
+        warnings.warn(
+            f"Estimate.{name} is deprecated (ji.estimate returns one result type, "
+            f"ji.Estimate, since 2026-11-28; a problem's fits are in .fits): use {new}.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return getattr(self._multi(name), name)
+
+    best = property(lambda self: self._deprecated("best", ".theta"))
+    best_nll = property(lambda self: self._deprecated("best_nll", "-.log_likelihood"))
+    nll = property(lambda self: self._deprecated("nll", ".fits.nll"))
+    starts = property(lambda self: self._deprecated("starts", ".fits.starts"))
+    order = property(lambda self: self._deprecated("order", ".fits.order"))
+    tol = property(lambda self: self._deprecated("tol", ".fits.tol"))
+
     def to_dict(self) -> dict:
         se = self.std_errors
-        return {
+        out = {
             "names": list(self.names),
             "theta": np.asarray(self.theta).tolist(),
             "theta0": np.asarray(self.theta0).tolist(),
@@ -143,16 +223,25 @@ class Estimate(eqx.Module):
             "message": self.message,
             "at_bound": np.asarray(self.at_bound).tolist(),
         }
+        if self.fits is not None:
+            out["log_likelihood"] = self.log_likelihood
+            out["fits"] = self.fits.to_dict()
+        return out
 
     def __repr__(self) -> str:
         th = np.asarray(self.theta)
         se = self.std_errors
         free = np.asarray(self.free)
         w = max(len(n) for n in self.names)
-        lines = [
-            f"Estimate ({'converged' if bool(self.ok) else 'NOT converged: ' + self.message}; "
-            f"{int(self.steps)} steps, cost {float(self.cost):.6g}, {self.dof} dof)"
-        ]
+        status = "converged" if bool(self.ok) else "NOT converged: " + self.message
+        if self.fits is None:
+            head = f"{int(self.steps)} steps, cost {float(self.cost):.6g}, {self.dof} dof"
+            lines = [f"Estimate ({status}; {head})"]
+        else:
+            lines = [
+                repr(self.fits).splitlines()[0],
+                f"The best fit ({status}; {int(self.steps)} steps), +- Wald standard errors:",
+            ]
         for i, n in enumerate(self.names):
             if not free[i]:
                 lines.append(f"  {n:<{w}} = {th[i]:.10g}  (held)")
@@ -161,6 +250,19 @@ class Estimate(eqx.Module):
             err = f"+- {se[i]:.3g}" if np.isfinite(se[i]) else "+- inf (not identifiable)"
             lines.append(f"  {n:<{w}} = {th[i]:.10g}  {err}{extra}")
         return "\n".join(lines)
+
+
+def _inverse_information(F: np.ndarray) -> np.ndarray | None:
+    """The inverse of a Fisher information `F` (`J^T J` of the weighted residuals and
+    noise rows), or None where it is rank deficient: where an eigenvalue is at most
+    `q eps` of the largest, which is `J`'s singular values at `sqrt(q eps)` of the
+    largest (what `F`'s rounding leaves of them)."""
+    if not np.all(np.isfinite(F)):
+        return None
+    lam, V = np.linalg.eigh(0.5 * (F + F.T))
+    if lam[-1] <= 0 or lam[0] <= F.shape[0] * np.finfo(float).eps * lam[-1]:
+        return None
+    return (V / lam) @ V.T
 
 
 class LeastSquares(eqx.Module):
@@ -268,6 +370,33 @@ def _every_fit_failed(problem: Problem, fits: MultiStart, integrator) -> str:
     )
 
 
+def _best_of(problem: Problem, fits: MultiStart, fisher, integrator) -> Estimate:
+    """The `Estimate` of a multi-start: its best fit, the Fisher information of every
+    parameter there (the joint Wald covariance, a hierarchical fit's scalings included:
+    the optimizer's where it has it, else one solve with sensitivities), and every fit."""
+    q = len(fits.names)
+    theta = np.asarray(fits.theta[0])
+    integrator = problem.model.integrator if integrator is None else integrator
+    if not np.isfinite(float(fits.nll[0])):
+        fisher = np.full((q, q), np.nan)
+    elif fisher is None or not np.all(np.isfinite(fisher)):
+        fisher = objective(problem, theta, integrator, derivatives=True)[2]
+    return Estimate(
+        names=fits.names,
+        theta=jnp.asarray(theta),
+        theta0=fits.starts[int(fits.order[0])],
+        free=jnp.asarray([n not in fits.held for n in fits.names]),
+        residuals=None,
+        cost=fits.nll[0],
+        jacobian=None,
+        steps=fits.steps[0],
+        result=jax.tree.map(lambda a: a[0], fits.result),
+        at_bound=fits.at_bound[0],
+        fisher=jnp.asarray(fisher),
+        fits=fits,
+    )
+
+
 @clean_errors
 def estimate(
     model: AbstractModel | Problem,
@@ -288,7 +417,7 @@ def estimate(
     batch: int | None = None,
     optimizer: AbstractOptimizer | None = None,
     out: str | os.PathLike | None = None,
-) -> "Estimate | MultiStart":
+) -> Estimate:
     """Least-squares estimation of the model's parameters from measured outputs
     (`min sum_i ||(y(t_i, theta) - y_i) / sigma_i||^2`, Abdelfattah et al. 2024 eq. 24);
     or maximum-likelihood estimation of a problem's, from one or many starts.
@@ -309,9 +438,11 @@ def estimate(
     latency-bound on a GPU: on an H100 a Boehm start took 23 s against 1.4 s on eight
     CPU cores, so on a GPU machine every fit runs on the host's CPU, its estimate
     returned to the GPU (`JAXIDENT_FIT_DEVICE=default` fits on the GPU). Returns
-    a `ji.MultiStart`: every fit sorted by negative log-likelihood, the best first,
-    with `n_at_best` (fits within 0.1 of the best) and a waterfall plot (`.plot()`),
-    each fit with its status; `throw` raises only when every fit failed. Of the
+    an `Estimate` of the best fit (its Wald standard errors from the Fisher
+    information there) whose `fits` (a `ji.MultiStart`) holds every fit sorted by
+    negative log-likelihood, the best first, each with its status; `n_at_best` (fits
+    within 0.1 of the best) and a waterfall plot (`.plot()`); `throw` raises only when
+    every fit failed. Of the
     arguments below `theta0`, `free` (the others held at `theta0` in every start: the
     same compiled fit, where `problem.fix` builds a new problem and compiles again),
     `max_steps` and `integrator` apply. `optimizer`: `ji.FisherLM()` (the compiled fit
@@ -350,7 +481,8 @@ def estimate(
       under `jit` or `vmap` the status is in `result` unless `throw=True`.
 
     **Returns:** an `Estimate` with its status, standard errors and confidence
-    intervals. Jittable, and vmappable over `data`, `theta0`, `free` and `sigma` (a
+    intervals (the one result type of every call: with `starts`, its `fits` holds
+    every start's fit). Jittable, and vmappable over `data`, `theta0`, `free` and `sigma` (a
     batch of data sets); under a trace a failure is a status (`ok`, `result`), or
     with `throw=True` a run-time error.
 
@@ -380,14 +512,14 @@ def estimate(
                 raise TypeError("Give the data to estimate from.")
             data = data.ys if isinstance(data, Trajectory) else data
             problem = Problem.from_model(model, data, times, sigma)
-        fits = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
+        fits, fisher = estimate_problem(problem, starts=starts, key=key, theta0=theta0,
                                 max_steps=optimizer.max_steps if max_steps is None else max_steps,
                                 integrator=integrator,
                                 progress=progress, batch=batch, free=free,
                                 optimizer=optimizer, out=out)  # fmt: skip
         if throw is not False and not np.isfinite(fits.best_nll):
             raise RuntimeError(_every_fit_failed(problem, fits, integrator))
-        return fits
+        return _best_of(problem, fits, fisher, integrator)
     if batch is not None or optimizer is not None or out is not None:
         raise TypeError(
             "batch, optimizer and out: for a problem's fits (give starts=...); a model's "

@@ -193,7 +193,7 @@ def likelihood_intervals(
     progress: bool = True,
 ) -> dict[str, LikelihoodInterval]:
     """Profile-likelihood confidence intervals (Raue et al. 2009) at a fit `theta` (the
-    best fit, `ji.estimate(problem, starts=N).best`; estimation scales): for each of
+    best fit, `ji.estimate(problem, starts=N).theta`; estimation scales): for each of
     `names` (default every parameter) the set of values whose profile (the negative
     log-likelihood with the others re-estimated) rises above its value at `theta` by
     less than half the chi-square quantile of `level` with one degree of freedom (1.92
@@ -249,7 +249,7 @@ def _interval(problem, theta, j, var, best, threshold, level, optimizer, integra
     def fit(value, guess):  # (each optimizer clips the start into the bounds)
         start = theta.copy()
         start[j], start[free] = value, guess
-        est, nll, _, _, _ = optimizer.fit(problem, start, free, integrator, max_steps)
+        est, nll, *_ = optimizer.fit(problem, start, free, integrator, max_steps)
         return np.asarray(est)[free], float(nll)
 
     side = _Side(theta, j, best, threshold, fit, [(float(theta[j]), best)])

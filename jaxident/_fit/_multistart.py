@@ -173,7 +173,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     state = solver.init(fn, theta0, None, options, None, None, NO_TAGS)
     theta, s, steps = run_steps(solver, fn, options, theta0, state, jnp.asarray(0), max_steps)
     result = outcome(solver, fn, options, theta, s, steps, max_steps)
-    return theta, s.f, steps, result, at_bound(theta, lower, upper, free)
+    return theta, s.f, steps, result, at_bound(theta, lower, upper, free), s.H
 
 
 @eqx.filter_jit
@@ -203,9 +203,9 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner):
             inner,
             device=fit_device(),
         )
-    theta, nll, steps, result, bound = jax.tree.map(np.asarray, out)
+    theta, nll, steps, result, bound, fisher = jax.tree.map(np.asarray, out)
     if inner is None:
-        return theta, nll, steps, result, bound
+        return theta, nll, steps, result, bound, fisher
     theta = filled(problem, theta, integrator, inner)
     # a scaling solved for may end at a bound too
     solved = np.zeros(theta.shape[-1], bool)
@@ -213,12 +213,16 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner):
     lower, upper = (
         np.asarray(b, float) for b in (problem.parameters.lower, problem.parameters.upper)
     )
-    return theta, nll, steps, result, bound | at_bound(theta, lower, upper, solved & free)
+    # (the Fisher information of the stepped parameters alone: the estimate's is computed
+    # at the best fit, `ji.estimate`)
+    fisher = np.full_like(fisher, np.nan)
+    return theta, nll, steps, result, bound | at_bound(theta, lower, upper, solved & free), fisher
 
 
 def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float, inner=None):
     """One fit from the host, through the kept kernel (compiled once per problem and
-    shapes): `(theta, nll, steps, result, at_bound)` as NumPy values. With `inner`, a
+    shapes): `(theta, nll, steps, result, at_bound, fisher)` as NumPy values (`fisher`:
+    the Fisher information at `theta`, NaN for a hierarchical fit). With `inner`, a
     hierarchical fit (`_objective`), its scalings filled in at their optimum."""
     return _call_fit(_fit_problem, problem, theta0, np.asarray(free, bool), integrator,
                      max_steps, rtol, inner)  # fmt: skip
@@ -232,8 +236,8 @@ def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float, in
 
 
 class MultiStart(eqx.Module):
-    """The result of `ji.estimate(problem, starts=...)`: every start's fit, sorted by
-    negative log-likelihood (best first).
+    """Every start's fit of `ji.estimate(problem, starts=...)` (its `Estimate.fits`),
+    sorted by negative log-likelihood (best first).
 
     **Fields:** `names`, `starts` (`(N, q)`, in the order drawn, on the estimation
     scale), `order` (the start of each sorted fit), `theta` (`(N, q)`, sorted), `nll`
@@ -401,7 +405,7 @@ def estimate_problem(
     batch: int | None = None,
     free: Sequence[str] | Sequence[bool] | ArrayLike | None = None,
     out: str | os.PathLike | None = None,
-) -> MultiStart:
+) -> tuple[MultiStart, np.ndarray | None]:
     """Maximum-likelihood estimation of a problem's parameters (on their estimation
     scales, in their bounds) from one or many starts: see `ji.estimate`. The parameters
     outside `free` (names or a mask; default all) are held at `theta0` (default
@@ -409,7 +413,8 @@ def estimate_problem(
     mask of the same compiled fit, never a new compilation. `optimizer`: a
     `ji.FisherLM` or `ji.Fides` (`_optimizers`). `out`: a JSON file that keeps every
     finished fit (`_kept`): the same call again resumes where an interrupted one
-    stopped."""
+    stopped. Returns the fits and the best one's Fisher information (None where it is
+    not at hand: a fit read from `out`, or a hierarchical one)."""
     if key is None:
         key = jax.random.key(0)
     pts = _starts(problem, starts, key, theta0)
@@ -430,6 +435,7 @@ def estimate_problem(
         key = fingerprint(problem, pts, free, max_steps, optimizer, integrator)
         kept = KeptFits(out, key, len(pts))
     rows = {} if kept is None else dict(kept.rows)
+    fishers = {}  # each fit's Fisher information (in memory: a kept file has none)
     todo = [i for i in range(len(pts)) if i not in rows]
     bar = tqdm(total=len(pts), initial=len(rows), desc=f"fit {problem.name or 'problem'}",
                disable=not progress or len(pts) < 2)  # fmt: skip
@@ -442,7 +448,8 @@ def estimate_problem(
             else:  # the last chunk padded with its last start: one compilation
                 chunk = pts[idx + [idx[-1]] * (size - len(idx))]
                 fit = optimizer.fit_batch(problem, chunk, free, integrator, max_steps)
-            rows.update({i: row(fit, r) for r, i in enumerate(idx)})
+            rows.update({i: row(fit[:5], r) for r, i in enumerate(idx)})
+            fishers.update({i: np.asarray(fit[5])[r] for r, i in enumerate(idx)})
             if kept is not None:
                 kept.write(rows)
             bar.update(len(idx))
@@ -467,7 +474,7 @@ def estimate_problem(
     theta, nll, steps, result, at_bound = jax.tree.map(
         lambda a: jnp.asarray(a[order]), (theta, nll, steps, result, at_bound)
     )
-    return MultiStart(
+    fits = MultiStart(
         names=problem.parameters.names,
         starts=jnp.asarray(pts),
         order=jnp.asarray(order),
@@ -479,3 +486,4 @@ def estimate_problem(
         tol=float(tol),
         held=tuple(n for n, f in zip(problem.parameters.names, free) if not f),
     )
+    return fits, fishers.get(done[int(order[0])]) if done else None

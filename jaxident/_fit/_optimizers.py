@@ -20,10 +20,12 @@ from ._multistart import at_bound, filled, fit_batch, fit_once, objective
 class AbstractOptimizer(eqx.Module):
     """How `ji.estimate` fits a problem from one start (`fit`), and from several side by
     side where it can (`fit_batch`). Both return `(theta, nll, steps, result,
-    at_bound)` as NumPy values (a leading axis per start for `fit_batch`): the estimate
-    on the estimation scale, its negative log-likelihood (a plain solve's, `inf` where a
-    fit failed), the steps taken, an `optimistix.RESULTS` and which parameters ended at
-    a bound. `max_steps`: the step cap `ji.estimate` uses where it is given none."""
+    at_bound, fisher)` as NumPy values (a leading axis per start for `fit_batch`): the
+    estimate on the estimation scale, its negative log-likelihood (a plain solve's,
+    `inf` where a fit failed), the steps taken, an `optimistix.RESULTS`, which
+    parameters ended at a bound, and the Fisher information of every parameter at the
+    estimate where the optimizer has it (else NaN). `max_steps`: the step cap
+    `ji.estimate` uses where it is given none."""
 
     max_steps: eqx.AbstractClassVar[int]
     hierarchical: eqx.AbstractVar[bool]
@@ -185,7 +187,8 @@ class Fides(AbstractOptimizer):
             opt.minimize(base[free])
         except RuntimeError:  # the objective is not finite at the start
             failed = optx.RESULTS.nonlinear_divergence
-            return base, np.asarray(np.inf), np.asarray(0), failed, np.zeros_like(free)
+            nan = np.full((base.size, base.size), np.nan)
+            return base, np.asarray(np.inf), np.asarray(0), failed, np.zeros_like(free), nan
         theta = filled(problem, full(opt.x_min), integrator, inner)
         # the plain solve's cost, as the compiled fit reports (a solve with
         # sensitivities takes other steps: its cost differs by the discretization)
@@ -194,4 +197,7 @@ class Fides(AbstractOptimizer):
         if not np.isfinite(nll):
             result = optx.RESULTS.nonlinear_divergence
         steps = np.asarray(opt.iteration)
-        return theta, np.asarray(nll), steps, result, at_bound(theta, lower, upper, free)
+        fisher = np.full((theta.size, theta.size), np.nan)
+        if inner is None and np.isfinite(nll):  # (compiled for the steps already)
+            fisher = objective(problem, theta, integrator, derivatives=True)[2]
+        return theta, np.asarray(nll), steps, result, at_bound(theta, lower, upper, free), fisher

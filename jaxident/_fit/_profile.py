@@ -90,7 +90,7 @@ def profile(
     in their bounds, by the multi-start engine's fit (`ji.estimate(problem)`'s, noise
     parameters, Laplace noise and observable transformations included; one compilation
     for every value). The walk starts at the value nearest `theta0[name]` (default the
-    nominal values; `theta0=fits.best` profiles at a fit) and moves outwards, each fit
+    nominal values; `theta0=fit.theta` profiles at a fit) and moves outwards, each fit
     starting from its neighbour's estimate. `optimizer`: how each fit steps
     (`ji.estimate`'s; default `ji.FisherLM()`).
 
@@ -209,7 +209,7 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress, opt
     def fit(value, guess):
         start = theta0.copy()
         start[j], start[others] = value, guess
-        theta, nll, _, result, _ = optimizer.fit(problem, start, free, integrator, max_steps)
+        theta, nll, _, result, *_ = optimizer.fit(problem, start, free, integrator, max_steps)
         # a point counts where the fit converged or used its steps (its cost is then an
         # upper bound of the profile), not where it stagnated or the model failed
         usable = (result == optx.RESULTS.successful) | (

@@ -308,7 +308,7 @@ class ProblemStepwise(StepwiseProblem):
         `ji.LevenbergMarquardt` solver: the relative decrease of the cost that ends it)."""
         start = to_scale(np.asarray(theta), self.scales)
         optimizer = FisherLM(rtol=getattr(self.method.solver, "rtol", 1e-8))
-        theta_new, _, steps, result, _ = optimizer.fit(
+        theta_new, _, steps, result, *_ = optimizer.fit(
             self.problem, start, np.asarray(mask, bool), self.integrator, self.method.max_steps
         )
         point = self._point(jnp.asarray(from_scale(theta_new, self.scales)))

@@ -144,7 +144,7 @@ def test_hierarchical_fits_reach_the_least_squares_optimum(optimizer):
         [0.5, 1.0], xtol=1e-15, ftol=1e-15,
     ).x  # fmt: skip
     fits = ji.estimate(problem, starts=np.array([[0.1, 1.0], [1.8, 50.0], [0.9, 0.02]]),
-                       optimizer=optimizer, progress=False)  # fmt: skip
+                       optimizer=optimizer, progress=False).fits  # fmt: skip
     assert fits.n_at_best == 3
     np.testing.assert_allclose(np.asarray(fits.best), ref, rtol=1e-6)
     np.testing.assert_allclose(fits.best_nll, _nll(*ref, "lin"), rtol=1e-7)  # (rtol 1e-8)
@@ -187,7 +187,7 @@ def test_a_scaling_solved_at_its_bound_is_reported_so():
     """The data want `s` near 3.8; in a box up to 1 the solved scaling ends on the bound
     and the fit says so, as for a stepped parameter."""
     fits = ji.estimate(_problem("lin", (0.01, 1.0)), starts=np.array([[0.3, 0.5]]),
-                       optimizer=ji.FisherLM(hierarchical=True), progress=False)  # fmt: skip
+                       optimizer=ji.FisherLM(hierarchical=True), progress=False).fits  # fmt: skip
     assert np.asarray(fits.best)[1] == pytest.approx(1.0)
     assert np.asarray(fits.at_bound)[0].tolist() == [False, True]
 
@@ -212,7 +212,7 @@ def test_cli_fit_hierarchical(tmp_path, capsys):
         js = tmp_path / "fit.json"
         argv = ["fit", path, "--starts", "4", *flags, "--json", str(js), "--quiet"]
         assert cli.main(argv) == 0, capsys.readouterr().err
-        best.append(json.loads(js.read_text())["best"])
+        best.append(json.loads(js.read_text())["fits"]["best"])
     assert set(best[0]) == set(best[1]) and "s" in best[0]
     for name in best[0]:
         assert best[0][name] == pytest.approx(best[1][name], abs=1e-3), name

@@ -149,7 +149,8 @@ def test_analyze_fit_prints_the_flagged_intervals(tmp_path, capsys):
     assert "Profile-likelihood 95% intervals of the flagged parameters" in capsys.readouterr().out
     report = json.loads(js.read_text())
     problem = ji.petab.load(path, estimate_noise=True)
-    best = [report["fit"]["best"][n] for n in problem.parameters.names]
+    assert report["fit"]["names"] == list(problem.parameters.names)
+    best = report["fit"]["theta"]
     direct = ji.likelihood_intervals(problem, best, progress=False)
     assert [r["name"] for r in report["intervals"]] == list(problem.parameters.names)
     for row in report["intervals"]:

@@ -20,7 +20,7 @@ def _problem():
 
 def test_an_interrupted_multistart_resumes(monkeypatch, tmp_path):
     problem = _problem()
-    whole = ji.estimate(problem, starts=5, progress=False)
+    whole = ji.estimate(problem, starts=5, progress=False).fits
     real, calls, interrupt = _optimizers.fit_once, [], [3]
 
     def counted(*args):
@@ -32,18 +32,18 @@ def test_an_interrupted_multistart_resumes(monkeypatch, tmp_path):
     monkeypatch.setattr(_optimizers, "fit_once", counted)
     path = tmp_path / "fits.json"
     with pytest.warns(UserWarning, match="interrupted after 2 of 5 starts.*keeps them"):
-        part = ji.estimate(problem, starts=5, progress=False, out=path)
+        part = ji.estimate(problem, starts=5, progress=False, out=path).fits
     assert part.nll.shape == (2,)
     calls.clear()
     interrupt[0] = None
-    resumed = ji.estimate(problem, starts=5, progress=False, out=path)
+    resumed = ji.estimate(problem, starts=5, progress=False, out=path).fits
     assert len(calls) == 3  # only the three missing fits ran
     for a, b in ((resumed.theta, whole.theta), (resumed.nll, whole.nll),
                  (resumed.order, whole.order), (resumed.starts, whole.starts),
                  (resumed.result._value, whole.result._value)):  # fmt: skip
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     calls.clear()
-    again = ji.estimate(problem, starts=5, progress=False, out=path)  # all kept: no fit
+    again = ji.estimate(problem, starts=5, progress=False, out=path).fits  # all kept: no fit
     assert calls == [] and again.best_nll == whole.best_nll
 
 

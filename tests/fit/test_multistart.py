@@ -39,11 +39,15 @@ def test_multistart_reaches_the_closed_form_optimum():
     model = Decay()
     theta, nll = _closed_form_fit(t, y, 0.01)
     problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
-    fits = ji.estimate(problem, starts=8, key=jax.random.key(2), progress=False)
-    assert isinstance(fits, ji.MultiStart) and fits.theta.shape == (8, 2)
-    np.testing.assert_allclose(fits.best, theta, rtol=1e-6)
-    np.testing.assert_allclose(fits.best_nll, nll, rtol=1e-7)  # solves at rtol 1e-8
-    assert fits.n_at_best == 8 and fits.ok.all()
+    est = ji.estimate(problem, starts=8, key=jax.random.key(2), progress=False)
+    fits = est.fits  # one result type: the best fit, and every fit in `fits`
+    assert isinstance(est, ji.Estimate) and isinstance(fits, ji.MultiStart)
+    assert fits.theta.shape == (8, 2) and est.theta.shape == (2,)
+    np.testing.assert_allclose(est.theta, theta, rtol=1e-6)
+    np.testing.assert_allclose(-est.log_likelihood, nll, rtol=1e-7)  # solves at rtol 1e-8
+    np.testing.assert_allclose(fits.best, est.theta, rtol=0)
+    assert est.n_at_best == 8 and fits.ok.all() and bool(est.ok)
+    np.testing.assert_array_equal(est.theta0, fits.starts[int(fits.order[0])])
     assert np.all(np.diff(np.asarray(fits.nll)) >= 0)  # sorted, best first
     # each fit's cost is the plain solve's at its estimate (the fit compares trial points
     # by plain solves; a solve with sensitivities differs by its discretization, here
@@ -55,11 +59,40 @@ def test_multistart_reaches_the_closed_form_optimum():
     assert np.all(starts >= [0.05, 0.2]) and np.all(starts <= [2.0, 5.0])
     assert sorted(np.floor((starts[:, 0] - 0.05) / (1.95 / 8)).astype(int)) == list(range(8))
     same = ji.estimate(model, y, t, sigma=0.01, starts=8, key=jax.random.key(2), progress=False)
-    np.testing.assert_array_equal(np.asarray(same.theta), np.asarray(fits.theta))
+    np.testing.assert_array_equal(np.asarray(same.fits.theta), np.asarray(fits.theta))
     one = ji.estimate(problem, theta0=[0.4, 1.5], progress=False)
     ls = ji.estimate(model, y, t, sigma=0.01, theta0=[0.4, 1.5])
-    np.testing.assert_allclose(one.best, ls.theta, rtol=1e-6)
+    np.testing.assert_allclose(one.theta, ls.theta, rtol=1e-6)
     assert "reached (within 0.1) by 1" in repr(one)
+
+
+def test_a_problems_estimate_has_the_wald_covariance():
+    """The estimate of a problem with known noise: its covariance is the inverse of the
+    Fisher information `J^T J` of the closed form's weighted Jacobian (analytic), not
+    rescaled by the residuals as a model's least squares is (`s^2 (J^T J)^{-1}`, the
+    same matrix times `s^2`); normal Wald intervals; a held parameter has none. The
+    names of the multi-start result it replaced read its `fits`, with a warning."""
+    t, y = decay_data()
+    problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
+    est = ji.estimate(problem, starts=2, key=jax.random.key(2), progress=False)
+    k, V = np.asarray(est.theta)
+    J = np.stack([-t * np.exp(-k * t) / V, -np.exp(-k * t) / V**2], axis=1) / 0.01
+    cov = np.linalg.inv(J.T @ J)
+    np.testing.assert_allclose(est.covariance, cov, rtol=1e-6)
+    ls = ji.estimate(Decay(), y, t, sigma=0.01, theta0=est.theta)
+    np.testing.assert_allclose(ls.covariance, float(ls.cost) / ls.dof * cov, rtol=1e-5)
+    ci = est.confidence_intervals(0.95)
+    np.testing.assert_allclose(ci[:, 1] - est.theta, 1.959963984540054 * np.sqrt(np.diag(cov)),
+                               rtol=1e-6)  # fmt: skip
+    assert "+- Wald standard errors" in repr(est) and est.to_dict()["fits"]["starts"] == 2
+    held = ji.estimate(problem, starts=2, free=["k"], theta0=[0.5, 2.0], progress=False)
+    assert held.held == ("V",) and held.std_errors[1] == 0.0 and np.isfinite(held.std_errors[0])
+    for old, new in (("best", est.theta), ("best_nll", -est.log_likelihood),
+                     ("nll", est.fits.nll), ("tol", 0.1)):  # fmt: skip
+        with pytest.warns(DeprecationWarning, match=f"Estimate.{old} is deprecated"):
+            np.testing.assert_array_equal(getattr(est, old), new)
+    with pytest.raises(AttributeError, match="has one fit; give starts="):
+        _ = ls.n_at_best
 
 
 def test_starts_far_off_scale_reach_the_optimum():
@@ -76,7 +109,7 @@ def test_starts_far_off_scale_reach_the_optimum():
         model, ji.Experiment(t, y[:, None], 0.01), scales={"k": "log10", "V": "log10"}
     )
     starts = np.array([[np.log10(0.5), v] for v in (-13.0, -8.0, -5.0, -4.0, np.log10(1.5))])
-    fits = ji.estimate(problem, starts=starts, progress=False)
+    fits = ji.estimate(problem, starts=starts, progress=False).fits
     assert fits.ok.all() and fits.n_at_best == 5
     np.testing.assert_allclose(np.asarray(fits.nll), nll, rtol=1e-7)
     np.testing.assert_allclose(10.0 ** np.asarray(fits.theta), np.tile(theta, (5, 1)), rtol=1e-5)
@@ -93,8 +126,8 @@ def test_starts_side_by_side_are_the_fits_one_by_one():
         model, ji.Experiment(t, y[:, None], 0.01), scales={"k": "log10", "V": "log10"}
     )
     starts = np.array([[np.log10(0.5), v] for v in (-13.0, -8.0, -5.0, -4.0, np.log10(1.5))])
-    one = ji.estimate(problem, starts=starts, progress=False)
-    side = ji.estimate(problem, starts=starts, progress=False, batch=3)
+    one = ji.estimate(problem, starts=starts, progress=False).fits
+    side = ji.estimate(problem, starts=starts, progress=False, batch=3).fits
 
     def drawn(fits):  # each fit in the starts' order (equal costs may sort either way)
         back = np.argsort(np.asarray(fits.order))
@@ -192,7 +225,7 @@ def test_fit_kernel_under_vmap():
 
     batched = jax.vmap(fit)(starts)
     for i in range(3):
-        theta, nll, steps, _, _ = fit(starts[i])
+        theta, nll, steps, *_ = fit(starts[i])
         np.testing.assert_allclose(batched[0][i], theta, rtol=1e-12)
         np.testing.assert_allclose(batched[1][i], nll, rtol=1e-12)
         assert int(batched[2][i]) == int(steps)
@@ -206,14 +239,14 @@ def test_held_parameters_are_a_mask_of_the_same_fit():
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
     ji.estimate(problem, starts=2, progress=False)  # compiles the fit
     compiled = _fit_problem._cached._cache_size()
-    fits = ji.estimate(problem, starts=4, free=["k"], theta0=[0.5, 1.2], progress=False)
+    fits = ji.estimate(problem, starts=4, free=["k"], theta0=[0.5, 1.2], progress=False).fits
     assert _fit_problem._cached._cache_size() == compiled
     assert fits.held == ("V",) and np.all(np.asarray(fits.theta)[:, 1] == 1.2)
     assert "(held)" in repr(fits) and fits.to_dict()["held"] == ["V"]
     res = so.least_squares(lambda k: (np.exp(-k[0] * t) / 1.2 - y) / 0.01, [0.5],
                            xtol=1e-14, ftol=1e-14)  # fmt: skip
     np.testing.assert_allclose(float(fits.best[0]), res.x[0], rtol=1e-7)
-    fixed = ji.estimate(problem.fix({"V": 1.2}), starts=4, progress=False)
+    fixed = ji.estimate(problem.fix({"V": 1.2}), starts=4, progress=False).fits
     np.testing.assert_allclose(float(fixed.best[0]), float(fits.best[0]), rtol=1e-9)
     np.testing.assert_allclose(fixed.best_nll, fits.best_nll, rtol=1e-12)
 
@@ -250,7 +283,7 @@ def test_multistart_errors_and_plot(tmp_path):
     blind = ji.Problem.from_model(model, np.full((t.size, 1), np.nan), t, 0.01)
     with pytest.raises(ValueError, match="no data to fit"):
         ji.estimate(blind, starts=2)
-    first = ji.estimate(problem, starts=3, theta0=[0.5, 1.2], progress=False)
+    first = ji.estimate(problem, starts=3, theta0=[0.5, 1.2], progress=False).fits
     np.testing.assert_array_equal(np.asarray(first.starts)[0], [0.5, 1.2])  # theta0 first
     unbounded = ji.Problem(
         model,
@@ -259,7 +292,7 @@ def test_multistart_errors_and_plot(tmp_path):
     )
     with pytest.raises(ValueError, match=r"\['k'\] have an infinite bound"):
         ji.estimate(unbounded, starts=3)
-    fits = ji.estimate(problem, starts=[[0.2, 1.0], [1.9, 4.9]], progress=False)
+    fits = ji.estimate(problem, starts=[[0.2, 1.0], [1.9, 4.9]], progress=False).fits
     d = fits.to_dict()
     assert d["starts"] == 2 and d["at_best"] == 2 and set(d["best"]) == {"k", "V"}
     ax = fits.plot()
@@ -278,14 +311,15 @@ def test_cli_fit_and_analyze_at_the_fit(tmp_path, capsys):
     assert cli.main(["fit", path, "--starts", "3", "--json", str(js), "--quiet"]) == 0
     assert "Multi-start estimation: 3 starts" in capsys.readouterr().out
     fit = json.loads(js.read_text())
-    assert fit["starts"] == 3 and fit["at_best"] >= 1
+    assert fit["fits"]["starts"] == 3 and fit["fits"]["at_best"] >= 1
+    assert len(fit["std_errors"]) == len(fit["theta"]) and "log_likelihood" in fit
     js2 = tmp_path / "analyze.json"
     argv = ["analyze", path, "--fit", "3", "--json", str(js2), "--quiet"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "Analysed at the best fit" in out
     report = json.loads(js2.read_text())
-    assert report["at"] == "best fit" and report["fit"]["best"] == fit["best"]
+    assert report["at"] == "best fit" and report["fit"]["theta"] == fit["theta"]
     assert cli.main(["analyze", path]) == 0
     assert "Analysed at the nominal values" in capsys.readouterr().out
     assert cli.main(["fit", "svir"]) == 2
@@ -327,7 +361,7 @@ def test_boehm_multistart_reaches_the_published_optimum():
     problem = ji.petab.load(ji.data.petab_problem("boehm"), estimate_noise=True)
     nominal = float(ji.predict(problem).log_likelihood)
     assert nominal == pytest.approx(-138.222, abs=1e-3)
-    fits = ji.estimate(problem, starts=50, key=jax.random.key(1), progress=False)
+    fits = ji.estimate(problem, starts=50, key=jax.random.key(1), progress=False).fits
     assert fits.log_likelihood >= nominal - 1e-3 and fits.n_at_best >= 3
 
 
@@ -337,7 +371,7 @@ def test_profile_of_a_problem_against_the_closed_form(tmp_path):
     name without a name, and the figure."""
     t, y = decay_data()
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
-    fits = ji.estimate(problem, starts=2, progress=False)
+    fits = ji.estimate(problem, starts=2, progress=False).fits
     values = np.linspace(0.2, 0.45, 6)
     prof = ji.profile(problem, "k", values, theta0=fits.best, progress=False)
     assert prof.ok.all() and prof.names == ("V",)
@@ -368,7 +402,7 @@ def test_every_start_failed():
     # the cause at the first start, not "could not be solved" whatever it is
     with pytest.raises(RuntimeError, match="failed at all 2 starts; at the first: .* NaN or inf"):
         ji.estimate(problem, starts=2, progress=False)
-    fits = ji.estimate(problem, starts=2, progress=False, throw=False)
+    fits = ji.estimate(problem, starts=2, progress=False, throw=False).fits
     assert np.all(np.isinf(np.asarray(fits.nll))) and not fits.ok.any()
     assert fits.to_dict()["failed"] == 2
 
@@ -380,7 +414,7 @@ def test_a_fit_never_ends_at_a_negative_sigma(tmp_path):
     start fails, and no fit steps across 0."""
     path = write_petab(tmp_path, noise="sd", extra_parameters="sd\tlin\t-1\t1\t0.1\t1\n")
     problem = ji.petab.load(path, estimate_noise=True)
-    fits = ji.estimate(problem, starts=6, key=jax.random.key(1), progress=False)
+    fits = ji.estimate(problem, starts=6, key=jax.random.key(1), progress=False).fits
     sd = np.asarray(fits.theta)[:, problem.parameters.names.index("sd")]
     nll = np.asarray(fits.nll)
     assert np.all(sd[np.isfinite(nll)] > 0) and np.any(sd < 0) and np.isfinite(nll[0])
@@ -422,7 +456,7 @@ def test_ctrl_c_returns_the_fits_finished_so_far(monkeypatch, tmp_path, capsys):
     t, y = decay_data()
     problem = ji.Problem.from_model(Decay(), y[:, None], t, 0.01)
     with pytest.warns(UserWarning, match="interrupted after 2 of 5 starts"):
-        fits = ji.estimate(problem, starts=5, progress=False)
+        fits = ji.estimate(problem, starts=5, progress=False).fits
     assert fits.nll.shape == (2,) and np.asarray(fits.starts).shape == (2, 2)
     assert np.all(np.isfinite(np.asarray(fits.nll)))
     calls.clear()

@@ -45,13 +45,13 @@ def test_fides_reaches_the_closed_form_optimum(hybrid):
     t, y, problem = _decay_problem()
     theta = _least_squares(t, y, [0.5, 1.0])
     fits = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False,
-                       optimizer=ji.Fides(hybrid=hybrid))  # fmt: skip
+                       optimizer=ji.Fides(hybrid=hybrid)).fits  # fmt: skip
     assert fits.ok.all() and fits.n_at_best == 4
     np.testing.assert_allclose(np.asarray(fits.theta), np.tile(theta, (4, 1)), rtol=1e-6)
     for th, f in zip(np.asarray(fits.theta), np.asarray(fits.nll)):
         np.testing.assert_allclose(f, -float(ji.predict(problem, th).log_likelihood), rtol=1e-13)
     assert np.all(np.asarray(fits.steps) >= 2)
-    lm = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False)
+    lm = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False).fits
     np.testing.assert_allclose(fits.best_nll, lm.best_nll, rtol=1e-9)
 
 
@@ -61,14 +61,14 @@ def test_fides_holds_parameters_and_stops_at_bounds():
     says so, as the compiled fit does."""
     t, y, problem = _decay_problem()
     fits = ji.estimate(problem, starts=3, free=["k"], theta0=[0.5, 1.2], progress=False,
-                       optimizer=ji.Fides())  # fmt: skip
+                       optimizer=ji.Fides()).fits  # fmt: skip
     assert fits.held == ("V",) and np.all(np.asarray(fits.theta)[:, 1] == 1.2)
     # (fides stops once a step gains less than its fatol, 1e-8 of -log L: here 3e-6 of k)
     np.testing.assert_allclose(float(fits.best[0]), _least_squares(t, y, [0.5], V=1.2)[0],
                                rtol=1e-5)  # fmt: skip
     t, y, boxed = _decay_problem(upper_k=0.3)
-    fides = ji.estimate(boxed, starts=3, progress=False, optimizer=ji.Fides())
-    lm = ji.estimate(boxed, starts=3, progress=False)
+    fides = ji.estimate(boxed, starts=3, progress=False, optimizer=ji.Fides()).fits
+    lm = ji.estimate(boxed, starts=3, progress=False).fits
     assert np.asarray(fides.at_bound)[0].tolist() == [True, False]
     assert np.asarray(lm.at_bound)[0].tolist() == [True, False]
     np.testing.assert_allclose(float(fides.best[0]), 0.3, rtol=1e-8)
@@ -102,7 +102,7 @@ def test_a_start_where_the_model_fails(monkeypatch):
     t, y, problem = _decay_problem()
     monkeypatch.setattr(_optimizers, "objective", lambda *a, **k: (np.inf, np.zeros(2),
                                                                    np.zeros((2, 2))))  # fmt: skip
-    fits = ji.estimate(problem, starts=2, progress=False, throw=False, optimizer=ji.Fides())
+    fits = ji.estimate(problem, starts=2, progress=False, throw=False, optimizer=ji.Fides()).fits
     assert np.all(np.isinf(np.asarray(fits.nll)))
     assert np.all(fits.result == optx.RESULTS.nonlinear_divergence)
     with pytest.raises(RuntimeError, match="Estimation failed at all 2 starts"):
@@ -126,9 +126,9 @@ def test_fides_reaches_fujitas_optimum_where_the_compiled_fit_stops():
     problem = ji.petab.load(ji.data.petab_problem("fujita"), estimate_noise=True)
     starts = np.asarray(ji.latin_hypercube(jax.random.key(0), problem.parameters, 100))
     fits = ji.estimate(problem, starts=starts[9:10], progress=False, max_steps=1000,
-                       optimizer=ji.Fides())  # fmt: skip
+                       optimizer=ji.Fides()).fits  # fmt: skip
     assert fits.best_nll == pytest.approx(-66.58, abs=0.01)
-    lm = ji.estimate(problem, starts=starts[9:10], progress=False)
+    lm = ji.estimate(problem, starts=starts[9:10], progress=False).fits
     assert lm.best_nll > 10_000
 
 
@@ -142,7 +142,7 @@ def test_cli_fit_with_fides(tmp_path, capsys):
         argv = ["fit", path, "--starts", "3", "--optimizer", name, "--json", str(js), "--quiet"]
         assert cli.main(argv) == 0
         fits[name] = json.loads(js.read_text())
-    assert fits["fides"]["at_best"] >= 1
+    assert fits["fides"]["fits"]["at_best"] >= 1
     np.testing.assert_allclose(fits["fides"]["log_likelihood"], fits["lm"]["log_likelihood"],
                                rtol=1e-7)  # fmt: skip
     capsys.readouterr()

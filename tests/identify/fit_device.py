@@ -37,8 +37,8 @@ def fits(on) -> tuple[dict, dict]:
         t, y = decay_data()
         model = Decay()
         problem = ji.Problem.from_model(model, y[:, None], t, 0.01)
-        many = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False)
-        side = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False, batch=2)
+        many = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False).fits
+        side = ji.estimate(problem, starts=4, key=jax.random.key(2), progress=False, batch=2).fits
         one = ji.estimate(model, y, t, sigma=0.01, theta0=[0.4, 1.5])
         # a model computed at the fit, as an analysis after it does: no two devices
         at_fit = ji.sensitivity(model, one.theta).outputs

@@ -281,7 +281,7 @@ def test_fixing_parameters_of_a_problem():
     ]
     noise_free = ji.Problem(Inflow(), data, params, scales={n: "log" for n in params.names})
     fit = ji.estimate(noise_free.fix({"k_pre": float(theta[4]), "x0": float(theta[2])}))
-    np.testing.assert_allclose(fit.best, theta[keep], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(fit.theta, theta[keep], rtol=1e-6, atol=1e-8)
     with pytest.raises(ValueError, match="k_pree"):
         problem.fix({"k_pree": 0.0})
     with pytest.raises(ValueError, match="Every parameter"):
