@@ -347,13 +347,20 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         field=lambda t, state: vf(t, state, (theta, Ms)),
         fired=fired,
     )
+    return _outputs(model, integrator, unravel, dae, theta, Ms, c, times, seg, observed, init_ok)
+
+
+def _outputs(model, integrator, unravel, dae, theta, Ms, c, times, seg, observed, init_ok):
+    """`_solve_equations`' result from the solved segments `seg`: the flat outputs at
+    `times`, their LD-derivatives (the column scaling `c` undone) and the `Solved`
+    record (finite where `observed`)."""
     zs, Zs = seg.ys
 
     def observe(t, z, Z):
         return _observe(model, integrator, unravel, dae, theta, Ms, t, z, Z)
 
     ys, Ys, states = jax.vmap(observe)(times, zs, Zs)
-    Y = (Ys / c).reshape(-1, M.shape[1])
+    Y = (Ys / c).reshape(-1, Ms.shape[1])
     if dae:
         states = (jax.vmap(lambda z: unravel(z)[0])(zs), states)
     else:
