@@ -226,31 +226,43 @@ PROBLEM_FORKS = {
 }
 
 
-def _problem_forks(extra: str = "") -> set:
-    out = set()
+def _functions(extra: str = ""):
+    """Every function of the package as `(module, node)`, with `extra` source appended
+    to `jaxident._fit._multistart` (a planted case)."""
     for mod, f in _modules().items():
         tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
         for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for node in ast.walk(fn):
-                if (
-                    isinstance(node, ast.Call)
-                    and getattr(node.func, "id", None) == "isinstance"
-                    and len(node.args) == 2
-                    and "Problem" in ast.unparse(node.args[1])
-                ):
-                    out.add((mod, fn.name))
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield mod, fn
+
+
+def _problem_forks(extra: str = "") -> set:
+    out = set()
+    for mod, fn in _functions(extra):
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "isinstance"
+                and len(node.args) == 2
+                and "Problem" in ast.unparse(node.args[1])
+            ):
+                out.add((mod, fn.name))
     # (a function nested in another counts for both: the outer one holds the fork)
     return out
 
 
+def _ratchet(find, listed, planted: str) -> None:
+    """`find()` finds exactly the `listed` functions (a mended one leaves the list), and
+    a function `_probe` planted by the source `planted`."""
+    found = find()
+    assert found - set(listed) == set()
+    assert set(listed) - found == set()
+    assert ("jaxident._fit._multistart", "_probe") in find(planted) - found
+
+
 def test_problem_forks_only_at_the_edge():
-    found = _problem_forks()
-    assert found - set(PROBLEM_FORKS) == set()
-    assert set(PROBLEM_FORKS) - found == set()  # a mended fork leaves the list
-    probe = "\ndef _probe(x):\n    return isinstance(x, (Problem, int))\n"
-    assert ("jaxident._fit._multistart", "_probe") in _problem_forks(probe) - found
+    planted = "\ndef _probe(x):\n    return isinstance(x, (Problem, int))\n"
+    _ratchet(_problem_forks, PROBLEM_FORKS, planted)
 
 
 # functions whose body (docstring left out) may exceed LONGEST lines, with the reason
@@ -262,23 +274,16 @@ LONGEST = 80
 
 def _long_functions(extra: str = "") -> set:
     out = set()
-    for mod, f in _modules().items():
-        tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            body = fn.body
-            doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            first = body[1] if doc and len(body) > 1 else body[0]
-            if fn.end_lineno - first.lineno + 1 > LONGEST:
-                out.add((mod, fn.name))
+    for mod, fn in _functions(extra):
+        body = fn.body
+        doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        first = body[1] if doc and len(body) > 1 else body[0]
+        if fn.end_lineno - first.lineno + 1 > LONGEST:
+            out.add((mod, fn.name))
     return out
 
 
 def test_functions_are_short():
     """Every function's body fits in LONGEST lines, but the listed tables."""
-    found = _long_functions()
-    assert found - set(LONG_FUNCTIONS) == set()
-    assert set(LONG_FUNCTIONS) - found == set()  # a table split leaves the list
-    probe = "\ndef _probe(x):\n" + "    x = x + 1\n" * (LONGEST + 1) + "    return x\n"
-    assert ("jaxident._fit._multistart", "_probe") in _long_functions(probe) - found
+    planted = "\ndef _probe(x):\n" + "    x = x + 1\n" * (LONGEST + 1) + "    return x\n"
+    _ratchet(_long_functions, LONG_FUNCTIONS, planted)
