@@ -13,6 +13,7 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from scipy.special import ndtri, stdtrit
 
+from .._linalg._covariance import equilibrated
 from .._linalg._rank import RelativeTolerance
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
@@ -140,14 +141,15 @@ class Estimate(eqx.Module):
             inverse = _inverse_information(F)
             cov[np.ix_(free, free)] = np.inf if inverse is None else inverse
             return cov
-        J = np.asarray(self.jacobian)[:, free]
+        # the rank is decided on unit-norm columns: not by the parameters' units
+        J, c = equilibrated(np.asarray(self.jacobian)[:, free])
         _, s, vt = np.linalg.svd(J, full_matrices=False)
         full_rank = int(RelativeTolerance()(jnp.asarray(s), J.shape)) == J.shape[1]
         if not full_rank or self.dof <= 0:
             cov[np.ix_(free, free)] = np.inf
             return cov
         s2 = float(self.cost) / self.dof
-        cov[np.ix_(free, free)] = s2 * (vt.T / s**2) @ vt
+        cov[np.ix_(free, free)] = s2 * ((vt.T / s**2) @ vt) / np.outer(c, c)
         return cov
 
     @property
@@ -254,15 +256,19 @@ class Estimate(eqx.Module):
 
 def _inverse_information(F: np.ndarray) -> np.ndarray | None:
     """The inverse of a Fisher information `F` (`J^T J` of the weighted residuals and
-    noise rows), or None where it is rank deficient: where an eigenvalue is at most
-    `q eps` of the largest, which is `J`'s singular values at `sqrt(q eps)` of the
-    largest (what `F`'s rounding leaves of them)."""
-    if not np.all(np.isfinite(F)):
+    noise rows), or None where it is rank deficient. Decided on `F` scaled to a unit
+    diagonal (`J`'s columns at unit norm, so not by the parameters' units): deficient
+    where a parameter has no effect or an eigenvalue is at most `q eps` of the largest,
+    which is `J`'s singular values at `sqrt(q eps)` of the largest (what `F`'s rounding
+    leaves of them)."""
+    d = np.sqrt(np.abs(np.diag(F)))
+    if not np.all(np.isfinite(F)) or not np.all(d > 0):
         return None
-    lam, V = np.linalg.eigh(0.5 * (F + F.T))
-    if lam[-1] <= 0 or lam[0] <= F.shape[0] * np.finfo(float).eps * lam[-1]:
+    scaled = F / np.outer(d, d)
+    lam, V = np.linalg.eigh(0.5 * (scaled + scaled.T))
+    if lam[0] <= F.shape[0] * np.finfo(float).eps * lam[-1]:
         return None
-    return (V / lam) @ V.T
+    return ((V / lam) @ V.T) / np.outer(d, d)
 
 
 class LeastSquares(eqx.Module):

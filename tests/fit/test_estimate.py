@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 import pytest
 import scipy.optimize as so
 
@@ -119,3 +120,33 @@ def test_estimate_under_jit_and_vmap():
     np.testing.assert_allclose(vm.theta, loop, rtol=1e-6)
     assert np.all(np.asarray(vm.ok))
     assert not np.allclose(loop[0], loop[1])  # the data sets differ
+
+
+def test_the_covariance_does_not_depend_on_the_parameters_units():
+    """A parameter in units 1e-15 of the others': its sensitivity column (or Fisher
+    information row) is that much smaller, which on the raw matrix reads as rank
+    deficient (`inf`). On unit-norm columns it is not: the covariance is the
+    well-conditioned one scaled back (closed form `D^-1 A^-1 D^-1`), for a model's least
+    squares and for a problem's Fisher information, and a column of zeros still is."""
+    Estimate = ji.Estimate
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((12, 2))
+    D = np.array([1.0, 1e-15])
+    base = dict(names=("a", "b"), theta=jnp.ones(2), theta0=jnp.ones(2), free=jnp.ones(2, bool),
+                steps=jnp.asarray(3), result=optx.RESULTS.successful,
+                at_bound=jnp.zeros(2, bool))  # fmt: skip
+    r = rng.standard_normal(12)
+    ls = Estimate(residuals=jnp.asarray(r), cost=jnp.asarray(r @ r), jacobian=jnp.asarray(A * D),
+                  **base)  # fmt: skip
+    s2 = (r @ r) / 10
+    expected = s2 * np.linalg.inv(A.T @ A) / np.outer(D, D)
+    np.testing.assert_allclose(ls.covariance, expected, rtol=1e-10)
+    F = (A * D).T @ (A * D)
+    lik = Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None, fisher=jnp.asarray(F),
+                   **base)  # fmt: skip
+    np.testing.assert_allclose(lik.covariance, expected / s2, rtol=1e-10)
+    for zero in (Estimate(residuals=jnp.asarray(r), cost=jnp.asarray(r @ r),
+                          jacobian=jnp.asarray(A * [1.0, 0.0]), **base),
+                 Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None,
+                          fisher=jnp.asarray(F * [[1.0, 0.0], [0.0, 0.0]]), **base)):  # fmt: skip
+        assert np.all(np.isinf(zero.std_errors))
