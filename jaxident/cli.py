@@ -741,7 +741,14 @@ def _fit_parser(sub) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return code
+    except BrokenPipeError:
+        # the reader went away (`jaxident analyze svir | head`): stop quietly, as a
+        # command-line tool does, with no traceback and no second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for such a command
     except _UsageError as e:
         print(f"jaxident: error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +99,19 @@ def test_analyze_with_free_initial_states(capsys):
     assert "5 parameters" in capsys.readouterr().out
     assert cli.main(["analyze", "sir", "--free-initial-states", "Q"]) == 2
     assert "SIR's states are S, I, R" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`jaxident models | head -1`: the reader leaves before the output is written; the
+    command ends with 141 (128 + SIGPIPE), no traceback, no error at exit."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, jaxident.cli; sys.exit(jaxident.cli.main(['models']))"],
+        stdout=w,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(w)
+    assert out.returncode == 141, out.stderr
+    assert out.stderr == ""

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import equinox as eqx
 import numpy as np
-import scipy.stats
 from jaxtyping import ArrayLike
+from scipy.special import chdtri
 from tqdm.auto import tqdm
 
 from .._model._base import Integrator
@@ -230,7 +230,7 @@ def likelihood_intervals(
     best = float(objective(problem, theta, integrator, derivatives=False))
     if not np.isfinite(best):
         raise ValueError("The model cannot be solved at theta: give the fit's estimate.")
-    threshold = 0.5 * float(scipy.stats.chi2.ppf(level, 1))
+    threshold = 0.5 * float(chdtri(1, 1.0 - level))  # the chi-square(1) quantile
     var = _wald_variances(problem, theta, integrator)
     out = {}
     for j in tqdm(idx, desc="profile intervals", disable=not progress or len(idx) < 2):

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._runtime._context import array_module
 from ._misc import after, column_norms, eps, matmul, reduce_to_square, svdvals, vector_norm
 from ._rank import AbstractRankRule, RelativeTolerance
 
@@ -171,20 +172,23 @@ def dependence(
     )
 
 
-def near_at_accuracy(dep: Dependence, accuracy: float, factor: float = 10.0) -> Array:
+def near_at_accuracy(dep: Dependence, accuracy: float, factor: float = 10.0) -> Array | np.ndarray:
     """Which decisions of `dep` lie within `factor * accuracy` of their thresholds,
     measured on the scale of the matrix (`accuracy` relative to the largest column norm
     for "no effect", to `sigma_1` for the distances): for sensitivities computed more
     accurately than the threshold asks (re-solved after a decision was `near`), a
     quantity is placed on one side of its threshold once its error cannot reach it."""
-    s1 = dep.singular_values[..., 0]
-    top = jnp.max(dep.norms, axis=-1)
-    near_c = (
-        jnp.abs(dep.norms - dep.effect_threshold[..., None]) <= factor * accuracy * top[..., None]
+    xp = array_module(dep)
+    norms, effect, distance, threshold, no_effect = (
+        xp.asarray(a)
+        for a in (dep.norms, dep.effect_threshold, dep.distance, dep.threshold, dep.no_effect)
     )
-    near_c = near_c & (dep.effect_threshold[..., None] > 0)
-    near_d = jnp.abs(dep.distance - dep.threshold[..., None]) <= factor * accuracy * s1[..., None]
-    return near_c | (~dep.no_effect & near_d)
+    s1 = xp.asarray(dep.singular_values)[..., 0]
+    top = xp.max(norms, axis=-1)
+    near_c = xp.abs(norms - effect[..., None]) <= factor * accuracy * top[..., None]
+    near_c = near_c & (effect[..., None] > 0)
+    near_d = xp.abs(distance - threshold[..., None]) <= factor * accuracy * s1[..., None]
+    return near_c | (~no_effect & near_d)
 
 
 # --------------------------------------------------------------------------------------

@@ -76,9 +76,10 @@ def check_k(k, p: int):
 
 
 def _selection_message(sel) -> str | None:
-    if bool(sel.result == RESULTS.successful):
+    value = int(sel.result._value)
+    if value == RESULTS.successful._value:
         return None
-    return RESULTS._index_to_message[int(sel.result._value)]
+    return RESULTS._index_to_message[value]
 
 
 @eqx.filter_jit

@@ -234,7 +234,7 @@ def check_theta(model, theta) -> Array:
         )
     if not jnp.issubdtype(theta.dtype, jnp.floating):
         theta = theta.astype(float)
-    if not isinstance(theta, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(theta))):
+    if not isinstance(theta, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(theta))):
         bad = [model.parameters.names[i] for i in np.flatnonzero(~np.isfinite(np.asarray(theta)))]
         raise ValueError(f"Non-finite parameter values for {bad}.")
     return theta

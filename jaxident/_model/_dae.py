@@ -1,6 +1,7 @@
 """Semi-explicit index-1 DAEs: the algebraic variables are eliminated by Newton's method
 inside the vector field (optimistix, differentiated by the implicit-function theorem)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
@@ -25,12 +26,23 @@ def _small_solve(A: Array, b: Array) -> Array:
     return rref(jnp.concatenate([A, b[:, None]], axis=1), tol=0.0).R[:, n]
 
 
-def _residual(model: DAEModel):
-    def fn(w, args):
-        t, x, theta = args
-        return jnp.reshape(model.algebraic(t, x, w, theta), w.shape)
+class _Residual(eqx.Module):
+    """`g(w; t, x, theta)` of a model, as a module rather than a closure: optimistix's
+    root find is a jitted function that keeps its trace by the structure of its
+    arguments, so every Newton solve of one model (at the initial time, in each of the
+    ODE solver's traces of a step, at the saved times) reuses one trace instead of
+    tracing Newton's loop again (nonsmooth DAE example: 6 traces of the loop in one
+    L-SERC probe)."""
 
-    return fn
+    model: DAEModel
+
+    def __call__(self, w, args):
+        t, x, theta = args
+        return jnp.reshape(self.model.algebraic(t, x, w, theta), w.shape)
+
+
+def _residual(model: DAEModel) -> _Residual:
+    return _Residual(model)
 
 
 def algebraic_solve(

@@ -9,12 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._runtime._context import array_module
+
 
 VectorLike = ArrayLike | Sequence
 
 
 def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
+
+
+def _vector(x) -> Array:
+    """`x` as a float array, through NumPy where it is concrete (`jnp.asarray` of a
+    list compiles a conversion program: 11 of them at `import jaxident`)."""
+    if _is_concrete(x) and not isinstance(x, jax.Array):
+        x = np.asarray(x, dtype=float)
+    return jnp.asarray(x, dtype=float)
 
 
 def _unknown(name: str, names: Sequence[str]) -> ValueError:
@@ -26,11 +36,13 @@ def _unknown(name: str, names: Sequence[str]) -> ValueError:
 def box_units(lower, upper, theta) -> Array:
     """The size of a unit move of each parameter on a linear scale, so that columns of a
     sensitivity matrix compare: the box width `upper - lower`, or `|theta|` where the
-    box is unbounded or empty, or 1 where that is 0 too. Jittable."""
-    lower, upper, theta = (jnp.asarray(a, dtype=float) for a in (lower, upper, theta))
+    box is unbounded or empty, or 1 where that is 0 too. Jittable; computed by NumPy for
+    concrete values."""
+    xp = array_module(lower, upper, theta)
+    lower, upper, theta = (xp.asarray(a, dtype=float) for a in (lower, upper, theta))
     width = upper - lower
-    size = jnp.where(theta != 0, jnp.abs(theta), 1.0)
-    return jnp.where(jnp.isfinite(width) & (width > 0), width, size)
+    size = xp.where(theta != 0, xp.abs(theta), 1.0)
+    return jnp.asarray(xp.where(xp.isfinite(width) & (width > 0), width, size))
 
 
 class Parameters(eqx.Module):
@@ -87,7 +99,7 @@ class Parameters(eqx.Module):
         if dups:
             raise ValueError(f"Duplicate parameter names: {dups}.")
         p = len(names)
-        nominal = jnp.asarray(nominal, dtype=float)
+        nominal = _vector(nominal)
         if (lower is None) != (upper is None):
             raise ValueError("Give both lower and upper bounds, or neither.")
         if lower is None:
@@ -106,8 +118,8 @@ class Parameters(eqx.Module):
             nom = np.asarray(nominal) if xp is np else nominal
             a, b = nom * (1 - rel), nom * (1 + rel)
             lower, upper = xp.minimum(a, b), xp.maximum(a, b)
-        lower = jnp.asarray(lower, dtype=float)
-        upper = jnp.asarray(upper, dtype=float)
+        lower = _vector(lower)
+        upper = _vector(upper)
         for what, arr in [("nominal", nominal), ("lower", lower), ("upper", upper)]:
             if arr.shape != (p,):
                 raise ValueError(

@@ -372,7 +372,7 @@ def problem_sensitivity(
     return Sensitivity(
         matrix=jnp.asarray(J),
         outputs=jnp.asarray(outputs),
-        times=jnp.arange(J.shape[0], dtype=float),
+        times=jnp.asarray(np.arange(J.shape[0], dtype=float)),
         names=problem.parameters.names,
         output_names=None,
         scale=SensitivityScale.noise,

@@ -237,8 +237,14 @@ def test_singularity_probing_is_unit_free_with_relative_steps():
     """Example 1 at theta* with theta2 and theta4 in units 1e4 and 1e-4 times the
     original: relative steps (the default) move no parameter by more than eps of its
     value per null vector, no probe fails, and theta3 alone is confirmed in every unit,
-    as the paper's absolute steps confirm it in the paper's units; the absolute step in
-    the new units moves theta2 by more than its own value and a probe's solve fails."""
+    as the paper's absolute steps confirm it in the paper's units; the absolute steps in
+    the new units move theta2 by more than the relative steps' bound of its value.
+
+    (The size of that move is the null vectors' theta2 component, which depends on the
+    basis LAPACK returns for a null space of dimension 2: on one machine it is 2x theta2
+    and a probe's solve fails, on another 0.22x and none does. At least
+    `||P e2|| / sqrt(nullity)` of it is basis-free, so the test asks only for more than
+    the relative steps' bound.)"""
     m = ji.models.load("nonsmooth_dae_example")
     for f in (1e-4, 1.0, 1e4):
         other = ji.change_units(m, {"theta2": f, "theta4": 1 / f})
@@ -251,8 +257,9 @@ def test_singularity_probing_is_unit_free_with_relative_steps():
         assert 0 < step.max() <= 0.01 * 4  # at most eps per null vector, nullity <= 4
     paper = ji.lserc(other, theta, method=ji.LSERC(twin=0.0, relative=False))
     pts = np.asarray(paper.probes[0].theta)[np.asarray(paper.probes_active[0])]
-    assert np.max(np.abs(pts[:, 1] - theta[1])) > abs(theta[1])
-    assert paper.n_failed_probes >= 1 and "failed, left out" in repr(paper)
+    assert np.max(np.abs(pts[:, 1] - theta[1])) > 0.01 * 4 * abs(theta[1])
+    if paper.n_failed_probes:
+        assert "failed, left out" in repr(paper)
 
 
 def test_ivgtt_singularity_probing_in_seconds():
