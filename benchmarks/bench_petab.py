@@ -48,6 +48,7 @@ from amici.sim.sundials.petab.v1._parameter_mapping import create_parameter_mapp
 import amici.sim.sundials as sim
 
 yaml_path, samples_file, names_file, folder = sys.argv[1:5]
+reps, single_only = int(sys.argv[5]), sys.argv[6] == "1"
 problem = petab.Problem.from_yaml(yaml_path)
 t0 = time.perf_counter()
 model = import_petab_problem(problem, output_dir=folder, model_name="bench", compile_=True)
@@ -96,22 +97,27 @@ for mode, settings in modes.items():
         model.set_steady_state_computation_mode(settings[0])
         model.set_steady_state_sensitivity_mode(settings[1])
     rdatas, _ = run(thetas[0])
-    reps = []
-    for _ in range(20):
+    times = []
+    for _ in range(reps):
         t = time.perf_counter()
         run(thetas[0])
-        reps.append(time.perf_counter() - t)
-    row = {"single_s": spread(reps)}
+        times.append(time.perf_counter() - t)
+    row = {"single_s": spread(times)}
     row["steps"] = [int(np.asarray(rd.numsteps).max()) for rd in rdatas]
     row["columns_per_condition"] = [len(e.plist) for e in edatas]
     passes, failed = [], 0
-    for _ in range(3):
+    for _ in range(0 if single_only else 3):
         t = time.perf_counter()
         failed = sum(not run(th)[1] for th in thetas)
         passes.append((time.perf_counter() - t) / len(thetas))
-    row["per_sample_s"] = spread(passes)
-    row["failed"] = failed
+    if passes:
+        row["per_sample_s"] = spread(passes)
+        row["failed"] = failed
     out[mode] = row
+# the peak resident memory of this process image (VmHWM: a forked child's ru_maxrss
+# starts at its parent's)
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
+out["peak_memory_gb"] = int(hwm[0].split()[1]) / 1e6 if hwm else None
 print(json.dumps(out))
 """
 
@@ -155,7 +161,16 @@ def samples_for(problem, n: int, seed: int = 0):
     return np.stack([to_scale(lin * 10.0**row, problem.scales) for row in u])
 
 
-def jaxident_rows(problem, samples, lanes) -> dict:
+def _peak_memory_gb() -> float | None:
+    """This process's peak resident memory so far (VmHWM), in GB."""
+    try:
+        hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
+    except OSError:
+        return None
+    return int(hwm[0].split()[1]) / 1e6 if hwm else None
+
+
+def jaxident_rows(problem, samples, lanes, integrator=None, reps=20, single_only=False) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -163,7 +178,7 @@ def jaxident_rows(problem, samples, lanes) -> dict:
     import jaxident as ji
 
     def sensitivities(th):
-        return ji.predict(problem, th, jacobian=True).jacobian
+        return ji.predict(problem, th, jacobian=True, integrator=integrator).jacobian
 
     out = {}
     th0 = jnp.asarray(samples[0])
@@ -171,9 +186,13 @@ def jaxident_rows(problem, samples, lanes) -> dict:
     t = time.perf_counter()
     jax.block_until_ready(fn(th0))
     out["first_call_s"] = time.perf_counter() - t
-    out["single_s"] = _times(lambda: fn(th0), 20)
-    out["steps"] = np.asarray(ji.predict(problem, th0, jacobian=True).steps).tolist()
+    out["single_s"] = _times(lambda: fn(th0), reps)
+    pred = ji.predict(problem, th0, jacobian=True, integrator=integrator)
+    out["steps"] = np.asarray(pred.steps).tolist()
     out["columns_per_condition"] = [len(c) for c in problem.columns]
+    out["peak_memory_gb"] = _peak_memory_gb()
+    if single_only:
+        return out
     n = samples.shape[0]
     chunk = min(256, n)
     for b in [None, *lanes]:
@@ -192,16 +211,17 @@ def jaxident_rows(problem, samples, lanes) -> dict:
     return out
 
 
-def amici_rows(problem, samples, amici_python) -> dict:
+def amici_rows(problem, samples, amici_python, yaml_path, reps=20, single_only=False) -> dict:
     if not amici_python:
         return {"amici": "not run: give --amici-python (pip install amici swig petab)"}
-    out = run_peer(amici_python, AMICI_SCRIPT, problem_yaml(problem), samples, problem)
+    out = run_peer(amici_python, AMICI_SCRIPT, yaml_path, samples, problem,
+                   [str(reps), "1" if single_only else "0"])  # fmt: skip
     if isinstance(out, str):
         return {"amici": out}
     return {f"amici_{k}": v for k, v in out.items()}
 
 
-def run_peer(python, script_text, yaml_path, samples, problem) -> dict | str:
+def run_peer(python, script_text, yaml_path, samples, problem, extra=()) -> dict | str:
     """`script_text` run by the Python of a peer's environment with the arguments
     `yaml_path samples.npy names.json model_folder` (the samples' parameter names are
     the problem's): the JSON object its last line prints, or why it failed."""
@@ -213,7 +233,7 @@ def run_peer(python, script_text, yaml_path, samples, problem) -> dict | str:
         script = pathlib.Path(tmp) / "peer_run.py"
         script.write_text(script_text)
         args = [python, str(script), yaml_path, f"{tmp}/samples.npy", f"{tmp}/names.json",
-                f"{tmp}/model"]  # fmt: skip
+                f"{tmp}/model", *extra]  # fmt: skip
         # AMICI's build calls swig, installed beside that Python (pip install swig)
         env = {**os.environ, "PATH": f"{os.path.dirname(python)}:{os.environ['PATH']}"}
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
@@ -222,10 +242,12 @@ def run_peer(python, script_text, yaml_path, samples, problem) -> dict | str:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def problem_yaml(problem) -> str:
+def problem_yaml(name: str) -> str:
+    """A shipped problem's YAML by its short name, or a path to a problem's YAML (the
+    large networks of the public collection are fetched, not shipped: see the README)."""
     import jaxident as ji
 
-    return ji.data.petab_problem(problem.name)
+    return name if name.endswith((".yaml", ".yml")) else ji.data.petab_problem(name)
 
 
 def analyze_rows(yaml_path: str) -> dict:
@@ -340,6 +362,14 @@ def main():
     ap.add_argument("--no-analyze", action="store_true", help="leave out the CLI timings")
     ap.add_argument("--ecoli", type=int, nargs=2, default=[0, 0], metavar=("N_JAX", "N_SCIPY"))
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "petab.json"))
+    ap.add_argument(
+        "--solver",
+        choices=["model", "rodas4", "bdf"],
+        default="model",
+        help="jaxident's stiff solver (default: the problem's own)",
+    )
+    ap.add_argument("--reps", type=int, default=20, help="repeats of a single call")
+    ap.add_argument("--single-only", action="store_true", help="single calls only, no sweep")
     args = ap.parse_args()
     _pin(args.cpu)  # before JAX starts: its thread pools are sized to the allowed cores
 
@@ -348,26 +378,38 @@ def main():
     lanes = [int(b) for b in args.lanes.split(",") if b]
     res = {"machine": platform.processor() or platform.machine(), "n": args.n, "cpu": args.cpu}
     for name in args.problems:
-        problem = ji.petab.load(ji.data.petab_problem(name))
+        yaml_path = problem_yaml(name)
+        problem = ji.petab.load(yaml_path)
+        integrator = None
+        if args.solver != "model":
+            base = problem.model.integrator
+            solver = ji.Rodas4() if args.solver == "rodas4" else ji.BDF()
+            integrator = ji.Integrator(solver, rtol=base.rtol, atol=base.atol,
+                                       max_steps=base.max_steps)  # fmt: skip
         samples = samples_for(problem, args.n)
-        row = {"conditions": problem.n_experiments, "parameters": problem.parameters.p}
-        row.update(jaxident_rows(problem, samples, lanes))
-        row.update(amici_rows(problem, samples, args.amici_python))
+        row = {"conditions": problem.n_experiments, "parameters": problem.parameters.p,
+               "solver": args.solver}  # fmt: skip
+        row.update(jaxident_rows(problem, samples, lanes, integrator, args.reps, args.single_only))
+        row.update(amici_rows(problem, samples, args.amici_python, yaml_path, args.reps,
+                              args.single_only))  # fmt: skip
         if not args.no_analyze:
-            row.update(analyze_rows(ji.data.petab_problem(name)))
+            row.update(analyze_rows(yaml_path))
         # ratios of the fastest of the repeats on each side (min over min)
-        ours_sweep, ours_single = row["sweep_per_sample_s"]["min"], row["single_s"]["min"]
+        ours_single = row["single_s"]["min"]
+        ours_sweep = row["sweep_per_sample_s"]["min"] if not args.single_only else None
         for mode in ("default", "newton_only"):
             peer = row.get(f"amici_{mode}")
-            if isinstance(peer, dict) and peer["failed"] == args.n:
+            if isinstance(peer, dict) and peer.get("failed") == args.n:
                 row[f"AMICI ({mode})"] = "every sample failed: no ratio"
             elif isinstance(peer, dict):
-                row[f"sweep per sample: AMICI ({mode}) / jaxident"] = (
-                    peer["per_sample_s"]["min"] / ours_sweep
-                )
+                if ours_sweep is not None:
+                    row[f"sweep per sample: AMICI ({mode}) / jaxident"] = (
+                        peer["per_sample_s"]["min"] / ours_sweep
+                    )
                 single = peer["single_s"]["min"] / ours_single
                 row[f"single call: AMICI ({mode}) / jaxident"] = single
-        row["sweep per sample / single call"] = ours_sweep / ours_single
+        if ours_sweep is not None:
+            row["sweep per sample / single call"] = ours_sweep / ours_single
         res[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
     if args.ecoli[0] > 0:

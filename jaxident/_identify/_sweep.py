@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from .._runtime._config import compiler_options, version
 from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
+from .._solve._bdf import recording_spans
 from ._sweep_files import LazyFingerprint, read_parts, ResultFiles, unset
 
 
@@ -159,26 +160,37 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
         _COMPILED.move_to_end(key)
         return _COMPILED[key], 0.0, arrays
 
-    def chunk(arrays, batch):
-        f, ok = eqx.combine(arrays, static)
+    def chunk_of(lanes):
+        def chunk(arrays, batch):
+            f, ok = eqx.combine(arrays, static)
 
-        def one(sample):
-            out = f(sample)
-            return out, ok(out)
+            def one(sample):
+                out = f(sample)
+                return out, ok(out)
 
-        def share(samples):  # one device's samples, `lanes` at a time
-            return jax.lax.map(one, samples, batch_size=lanes)
+            def share(samples):  # one device's samples, `lanes` at a time
+                return jax.lax.map(one, samples, batch_size=lanes)
 
-        # (devices, per device, ...): the sharded leading axis stays the devices'
-        by_device = jax.tree.map(lambda x: x.reshape(n_dev, per_device, *x.shape[1:]), batch)
-        out = jax.vmap(share)(by_device)
-        return jax.tree.map(lambda x: x.reshape(n_dev * per_device, *x.shape[2:]), out)
+            # (devices, per device, ...): the sharded leading axis stays the devices'
+            by_device = jax.tree.map(lambda x: x.reshape(n_dev, per_device, *x.shape[1:]), batch)
+            out = jax.vmap(share)(by_device)
+            return jax.tree.map(lambda x: x.reshape(n_dev * per_device, *x.shape[2:]), out)
+
+        return chunk
 
     split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
     with checks_as_nan():
-        jitted = jax.jit(chunk, in_shardings=(replicated, split), out_shardings=split)
-        lowered = jitted.lower(arrays, first)
+        with recording_spans() as spans:
+            jitted = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
+                             out_shardings=split)  # fmt: skip
+            lowered = jitted.lower(arrays, first)
+        if spans and platform == "cpu" and vmap_size is None and lanes > 1:
+            # ji.BDF keeps its Jacobian across steps by branching, and in a vmap a branch
+            # is taken for every lane at every step: its samples run one at a time
+            jitted = jax.jit(chunk_of(1), in_shardings=(replicated, split),
+                             out_shardings=split)  # fmt: skip
+            lowered = jitted.lower(arrays, first)
         compiled = lowered.compile(compiler_options(platform))
     entry = (compiled, lowered.out_info, LazyFingerprint(lowered))
     if key is not None:

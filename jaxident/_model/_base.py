@@ -7,6 +7,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float, PyTree
 
@@ -235,6 +236,16 @@ class AbstractModel(eqx.Module):
         SBML knows its dependence from its formulas. A hand-written model may declare
         it; a parameter left out wrongly would get a zero column there, so declare it
         only from the formulas themselves."""
+        return None
+
+    def jacobian_sparsity(self) -> np.ndarray | None:
+        """Which entries of the Jacobian `df_i/dx_j` of the right-hand side can be
+        nonzero (a boolean `(n, n)` array over the flat state), or `None` (the default:
+        any). `ji.BDF` evaluates a sparse Jacobian by columns that share no row (one
+        `jvp` per group, not per state). A model read from SBML knows it from its
+        formulas; a hand-written model may declare it, from its formulas alone (an
+        entry left out wrongly gives a wrong Jacobian there, which slows the Newton
+        iteration; the solution stays error-controlled)."""
         return None
 
     def output_scalings(self) -> tuple[str | None, ...] | None:

@@ -45,6 +45,10 @@ class AbstractTransformedModel(AbstractModel):
     def state_names(self):
         return self.base.state_names
 
+    def jacobian_sparsity(self):
+        """The base's: a transform keeps the state (one that changes it says so)."""
+        return self.base.jacobian_sparsity()
+
     def parameter_dependence(self):
         """Not known through a transform that maps the parameters (every one may
         matter), the base's where it keeps them (`AbstractSameParameters`)."""

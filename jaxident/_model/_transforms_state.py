@@ -157,6 +157,9 @@ class PODModel(AbstractSameParameters, AbstractTransformedODE):
     def state_names(self):
         return None
 
+    def jacobian_sparsity(self):
+        return None  # the reduced state's Jacobian is dense
+
     @property
     def description(self):
         return f"{self.basis.shape[1]}-mode POD model of {type(self.base).__name__}"

@@ -21,6 +21,7 @@ simultaneous corrector of CVODES with a block-diagonal Newton matrix): the cost 
 factorization does not grow with the number of parameters.
 """
 
+import dataclasses
 from collections.abc import Callable
 
 import diffrax
@@ -42,6 +43,7 @@ from .._model._base import (
 from .._model._dae import algebraic_solve
 from .._model._nonsmooth import ld_jvp, record_switches
 from .._model._transforms import time_warped
+from ._bdf import BDF, with_sparsity
 from ._rosenbrock import Rodas4
 from ._simulate import (
     _switching_times as switching_times,
@@ -123,8 +125,8 @@ def _staggered(solver: diffrax.AbstractSolver, state_field: Callable) -> diffrax
     """`solver` with its stage equations solved by the staggered chord iteration, or a
     Rosenbrock method told that the state is `(z, Z)` with `state_field(t, z, args)` the
     right-hand side of `z`."""
-    if isinstance(solver, Rodas4):
-        return Rodas4(augmented=True, state_field=state_field)
+    if isinstance(solver, (Rodas4, BDF)):
+        return dataclasses.replace(solver, augmented=True, state_field=state_field)
     if getattr(solver, "root_finder", None) is None:
         return solver
     finder = diffrax.with_stepsize_controller_tols(_StaggeredChord)()
@@ -219,6 +221,12 @@ def _controller(model, integrator, th, f, z0, theta, times, active):
         f(jnp.asarray(model.t0, z0.dtype), z0, theta)
     if not found:
         return integrator.controller(jumps, times=times, norm=norm)
+    if isinstance(integrator.solver, BDF):
+        raise ValueError(
+            "ji.BDF needs a right-hand side that is differentiable in the state; this model "
+            "uses nabs/nmax/nmin/nmid, whose kinks an ESDIRK method with switch location "
+            "steps onto: use ji.Integrator(diffrax.Kvaerno5(), ...)."
+        )
     inner = integrator.controller(jumps, times, norm=norm)
     if not isinstance(inner, diffrax.AbstractAdaptiveStepSizeController):
         return inner
@@ -312,8 +320,10 @@ def _solve_equations(model: AbstractModel, theta, times, integrator: Integrator,
         tt, Ms_ = args
         return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, tt), (Z, Ms_))
 
+    sparse = with_sparsity(integrator.solver, None if dae else model.jacobian_sparsity())
+
     def run(t0, t1, y_start, ts, event):
-        solver = _staggered(integrator.solver, lambda t, z, args: f(t, z, args[0]))
+        solver = _staggered(sparse, lambda t, z, args: f(t, z, args[0]))
         controller = _controller(model, integrator, th, f, z0, theta, ts, active)
         adjoint = diffrax.RecursiveCheckpointAdjoint()
         return integrate(integrator, diffrax.ODETerm(vf), solver, t0, t1, y_start, ts,
@@ -389,10 +399,12 @@ def forward_sensitivities(
 
 
 def accuracy(model: AbstractModel, integrator: Integrator, dtype) -> float:
-    """The relative accuracy a sensitivity matrix is taken to have: `10 rtol` (local
-    error control at `rtol` gives global errors of a few times `rtol`), never below
-    `100 eps`; `100 eps` for a static model."""
+    """The relative accuracy a sensitivity matrix is taken to have: the solver's
+    `global_error` times `rtol` (10 by default: local error control at `rtol` gives
+    global errors of a few times `rtol`; `ji.BDF`'s are larger), never below `100 eps`;
+    `100 eps` for a static model."""
     floor = 100.0 * float(jnp.finfo(dtype).eps)
     if isinstance(model, AlgebraicModel):
         return floor
-    return max(10.0 * float(integrator.rtol), floor)
+    factor = float(getattr(integrator.solver, "global_error", 10.0))
+    return max(factor * float(integrator.rtol), floor)

@@ -18,6 +18,7 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
 from .._runtime._context import clean_errors, run_kernel
+from ._bdf import BDF, diffrax_solver, with_sparsity
 from ._rosenbrock import traced_once
 
 
@@ -103,7 +104,7 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
 @eqx.filter_jit
 def _stopped_at(model, theta, t1, integrator):
     th = model.parameters.view(theta)
-    with traced_once(integrator.solver) as solver:
+    with traced_once(diffrax_solver(integrator.solver)) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, args: model.vector_field(t, x, args)),
             solver,
@@ -509,8 +510,12 @@ def first_state(model: AbstractModel, th, integrator: Integrator):
 def integrate(integrator: Integrator, term, solver, t0, t1, y_start, ts, args, controller,
               adjoint, event):  # fmt: skip
     """One segment's `diffrax.diffeqsolve`, saved at `ts` and at `t1`, failures returned
-    (`throw=False`): the call every solve path makes."""
-    with traced_once(solver) as solver:
+    (`throw=False`): the call every solve path makes. A span solver (`ji.BDF`) integrates
+    a segment without state-triggered events itself."""
+    if isinstance(solver, BDF) and event is None:
+        return solver.solve_span(term.vf, t0, t1, y_start, ts, args, controller,
+                                 integrator.max_steps, integrator.dt0)  # fmt: skip
+    with traced_once(diffrax_solver(solver)) as solver:
         return diffrax.diffeqsolve(
             term,
             solver,
@@ -559,10 +564,12 @@ def solve(
     term = diffrax.ODETerm(field)
     jumps = _switching_times(model, th)
 
+    solver = with_sparsity(integrator.solver, model.jacobian_sparsity())
+
     def run(t0, t1, y_start, ts, event):
         controller = integrator.controller(jumps, times=ts)
-        return integrate(integrator, term, integrator.solver, t0, t1, y_start, ts, th,
-                         controller, adjoint, event)  # fmt: skip
+        return integrate(integrator, term, solver, t0, t1, y_start, ts, th, controller,
+                         adjoint, event)  # fmt: skip
 
     def jump(i, t, y):
         return model.apply_event(i, t, y, th)

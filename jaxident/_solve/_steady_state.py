@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._model._base import AbstractModel, Integrator, ODEModel
 from .._model._parameters import Parameters, ParameterValues
 from .._model._transforms import AbstractTransformedODE
+from ._bdf import diffrax_solver
 from ._rosenbrock import traced_once
 
 
@@ -76,7 +77,7 @@ def _solve_to_steady_state(model, integrator, theta, x0):
     """`(x, t, f_x, why)`: the end of the solve, polished by a Newton step where `f_x`
     is regular, the time it ended, `f_x` there, and why `x` is NaN (a key of `_WHY`;
     0 where it is a steady state)."""
-    with traced_once(integrator.solver) as solver:
+    with traced_once(diffrax_solver(integrator.solver)) as solver:
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(lambda t, x, a: model.vector_field(t, x, a)),
             solver,

@@ -197,12 +197,15 @@ def test_fixed_parameters_keep_the_declared_switching_times():
     np.testing.assert_array_equal(fixed.switching_times(free), model.switching_times(full))
 
 
-@pytest.mark.parametrize("solver", [diffrax.Tsit5(), ji.Rodas4()], ids=["Tsit5", "Rodas4"])
+@pytest.mark.parametrize(
+    "solver", [diffrax.Tsit5(), ji.Rodas4(), ji.BDF()], ids=["Tsit5", "Rodas4", "BDF"]
+)
 def test_sensitivities_outside_the_error_test(solver):
     """`SensitivityEquations(error_control=False)` (the steering Jacobians of a fit):
     the tangents ride on exactly the steps of a plain solve, a quarter fewer than with
-    them in the test, and stay within 100 rtol of a reference at rtol 1e-12 (measured:
-    0.4-5 rtol, against 0.1-2.6 rtol controlled)."""
+    them in the test, and stay within 10 times the controlled accuracy of a reference
+    at rtol 1e-12 (measured: 0.4-5 rtol, against 0.1-2.6 rtol controlled; ji.BDF 56
+    against 13 rtol)."""
     from jaxident._solve._forward import forward_sensitivities
     from jaxident._solve._simulate import solve
 
@@ -221,11 +224,18 @@ def test_sensitivities_outside_the_error_test(solver):
     ref, _, _ = run(diffrax.Tsit5(), True, 1e-12)
     Y_c, steps_c, plain = run(solver, True, 1e-8)
     Y_u, steps_u, _ = run(solver, False, 1e-8)
-    assert steps_u == plain < 0.8 * steps_c
+    if isinstance(solver, ji.BDF):
+        # a tangent whose corrector fails refreshes the shared Jacobian, which moves
+        # the state's Newton iterations too: the same steps within a few percent
+        assert abs(steps_u - plain) <= 0.05 * plain and steps_u < 0.8 * steps_c
+    else:
+        assert steps_u == plain < 0.8 * steps_c
     scale = np.abs(ref).max(axis=0)
     err_c = np.max(np.abs(Y_c - ref).max(axis=0) / scale)
     err_u = np.max(np.abs(Y_u - ref).max(axis=0) / scale)
-    assert err_c <= 10 * 1e-8 and err_u <= 100 * 1e-8, (err_c, err_u)
+    # within the accuracy the result reports (`global_error` rtol: 10 but for ji.BDF)
+    factor = getattr(solver, "global_error", 10.0)
+    assert err_c <= factor * 1e-8 and err_u <= 10 * factor * 1e-8, (err_c, err_u)
 
 
 # the three ways to the sensitivities: equations (explicit, Rosenbrock), and the
@@ -234,6 +244,7 @@ _METHODS = [
     ji.Integrator(rtol=1e-10, atol=1e-12),
     ji.Integrator(ji.Rodas4(), rtol=1e-10, atol=1e-12),
     ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
+    ji.Integrator(ji.BDF(), rtol=1e-10, atol=1e-12),
 ]
 
 
@@ -268,7 +279,7 @@ def _step_exact(th, t):
     return np.where(t < tau, before(t), before(tau) * np.exp(-k * (t - tau)))
 
 
-@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate", "BDF"])
 def test_sensitivity_to_a_switching_time_against_the_closed_form(integ):
     """A jump of the right-hand side at `tau(theta)`: the sensitivities jump by
     `(f(tau-) - f(tau+)) dtau/dtheta` (`TimeWarped`), against central differences of the
@@ -315,7 +326,7 @@ class _Dose(_Decaying):
         return x + theta.D
 
 
-@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate", "BDF"])
 def test_event_sensitivities_against_the_closed_form(integ):
     """A dose at `tau(theta)`: the solve stops at the event, the state jumps, and the
     sensitivities (to the dose, its time, the rate, the initial value) agree with
@@ -389,7 +400,7 @@ def _refill_exact(p, t):
     return jnp.where(t < tau1, x0 * jnp.exp(-k * t), (c + D) * jnp.exp(-k * (t - last)))
 
 
-@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate", "BDF"])
 def test_state_triggered_events_against_the_closed_form(integ):
     """An event the state triggers, firing three times (each fall below `c`, re-armed
     in between): outputs and sensitivities (to the rate, the initial value, the
@@ -433,7 +444,7 @@ class _TwoSwitches(ji.ODEModel):
         return jnp.stack([theta.t_1, theta.t_2])
 
 
-@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate"])
+@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate", "BDF"])
 def test_a_switch_after_the_last_datum_has_a_zero_column(integ):
     """Nothing observed depends on a switching time after the last observation: its
     sensitivity column is exactly zero (it was the solver's error, 1e-10 of the others,

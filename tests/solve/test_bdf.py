@@ -1,0 +1,199 @@
+"""ji.BDF against SciPy's Radau at tight tolerance, against ji.Rodas4's sensitivities, under
+jit and vmap; its sparse Jacobians against jacfwd; its failures."""
+
+import functools
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import jaxident as ji
+from jaxident._solve._bdf import _coloring, _jacobian, with_sparsity
+
+
+class Hires(ji.ODEModel):
+    """HIRES (Schafer 1975; Hairer and Wanner's stiff test set): 8 states, the rate
+    constants as parameters."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k1", "k2", "k3", "k4", "k5"], [1.71, 0.43, 8.32, 0.0007, 280.0]
+    )
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.array([1.0, 10.0, 100.0, 321.8122]))
+    t0: float = 0.0
+
+    def vector_field(self, t, y, th):
+        k1, k2, k3, k4, k5 = th.values
+        r = k5 * y[5] * y[7]
+        return jnp.stack(
+            [
+                -k1 * y[0] + k2 * y[1] + k3 * y[2] + k4,
+                k1 * y[0] - 8.75 * y[1],
+                -10.03 * y[2] + k2 * y[3] + 0.035 * y[4],
+                k3 * y[1] + k1 * y[2] - 1.12 * y[3],
+                -1.745 * y[4] + k2 * y[5] + k2 * y[6],
+                -r + 0.69 * y[3] + k1 * y[4] - k2 * y[5] + 0.69 * y[6],
+                r - 1.81 * y[6],
+                -r + 1.81 * y[6],
+            ]
+        )
+
+    def initial_state(self, th):
+        return jnp.array([1.0, 0, 0, 0, 0, 0, 0, 0.0057])
+
+    def output(self, t, y, th):
+        return y
+
+
+class Robertson(ji.ODEModel):
+    parameters: ji.Parameters = ji.Parameters(["k1", "k2", "k3"], [0.04, 3e7, 1e4])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.logspace(-4, 4, 9))
+    t0: float = 0.0
+
+    def vector_field(self, t, y, th):
+        a, b, c = y
+        return jnp.stack(
+            [
+                -th.k1 * a + th.k3 * b * c,
+                th.k1 * a - th.k3 * b * c - th.k2 * b**2,
+                th.k2 * b**2,
+            ]
+        )
+
+    def initial_state(self, th):
+        return jnp.array([1.0, 0.0, 0.0])
+
+    def output(self, t, y, th):
+        return y
+
+
+class Chain(ji.ODEModel):
+    """A reaction-diffusion chain of 40 cells, `u_i' = d (u_{i-1} - 2 u_i + u_{i+1}) -
+    k u_i^2`: a tridiagonal Jacobian, declared."""
+
+    parameters: ji.Parameters = ji.Parameters(["d", "k"], [400.0, 1.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.1, 2.0, 5))
+    t0: float = 0.0
+
+    def vector_field(self, t, u, th):
+        padded = jnp.concatenate([u[:1], u, u[-1:]])
+        return th.d * (padded[:-2] - 2 * u + padded[2:]) - th.k * u**2
+
+    def initial_state(self, th):
+        return jnp.linspace(1.0, 0.0, 40) ** 2
+
+    def output(self, t, u, th):
+        return u[::8]
+
+    def jacobian_sparsity(self):
+        i = np.arange(40)
+        return np.abs(i[:, None] - i[None, :]) <= 1
+
+
+def _radau(model, th, rtol=1e-12, atol=1e-14):
+    f = jax.jit(lambda t, y: model.vector_field(t, y, model.parameters.view(th)))
+    y0 = np.asarray(model.initial_state(model.parameters.view(th)))
+    ts = np.asarray(model.times)
+    sol = solve_ivp(lambda t, y: np.asarray(f(t, y)), (0.0, ts[-1]), y0, method="Radau",
+                    rtol=rtol, atol=atol, t_eval=ts,
+                    jac=lambda t, y: np.asarray(jax.jacfwd(lambda z: f(t, z))(y)))  # fmt: skip
+    return sol.y.T
+
+
+@functools.cache
+def _reference(name):
+    model = {"hires": Hires, "robertson": Robertson}[name]()
+    return _radau(model, np.asarray(model.parameters.nominal))
+
+
+@pytest.mark.parametrize("name", ["hires", "robertson"])
+def test_solutions_at_their_tolerance_against_radau(name):
+    """At rtol 1e-8 (atol 1e-12) every state is within its global-error bound of SciPy's
+    Radau at rtol 1e-12: `global_error` (rtol |y| + atol)."""
+    model = {"hires": Hires, "robertson": Robertson}[name]()
+    ref = _reference(name)
+    integ = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-12)
+    y = np.asarray(ji.simulate(model, model.parameters.nominal, integrator=integ).ys)
+    bound = ji.BDF.global_error * (1e-8 * np.abs(ref) + 1e-12)
+    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+    # and not by luck: at rtol 1e-5 the error is larger
+    loose = ji.Integrator(ji.BDF(), rtol=1e-5, atol=1e-9)
+    y5 = np.asarray(ji.simulate(model, model.parameters.nominal, integrator=loose).ys)
+    assert np.max(np.abs(y5 - ref)) > 10 * np.max(np.abs(y - ref))
+
+
+def test_sensitivities_against_rodas4_under_jit_and_vmap():
+    """HIRES's output sensitivities at rtol 1e-9 against Rodas4's at 1e-12, within the
+    accuracy the result reports; a vmapped batch of two parameter vectors equals the
+    calls one by one."""
+    model = Hires()
+    th = jnp.asarray(model.parameters.nominal)
+    ref = np.asarray(ji.sensitivity_matrix(
+        model, th, integrator=ji.Integrator(ji.Rodas4(), rtol=1e-12, atol=1e-16)))  # fmt: skip
+    integ = ji.Integrator(ji.BDF(), rtol=1e-9, atol=1e-13)
+    batch = jnp.stack([th, th * 1.1])
+    S = jax.jit(jax.vmap(lambda p: ji.sensitivity_matrix(model, p, integrator=integ)))(batch)
+    err = np.abs(np.asarray(S[0]) - ref).max(axis=0) / np.abs(ref).max(axis=0)
+    assert np.all(err <= ji.BDF.global_error * 1e-9), err
+    one = ji.sensitivity_matrix(model, batch[1], integrator=integ)
+    np.testing.assert_allclose(np.asarray(S[1]), np.asarray(one), rtol=1e-10, atol=1e-14)
+    assert ji.sensitivity(model, th, integrator=integ).accuracy == ji.BDF.global_error * 1e-9
+
+
+def test_a_declared_sparsity_colours_the_jacobian():
+    """The tridiagonal chain: 3 groups of columns for 40 states; the compressed Jacobian
+    equals jacfwd exactly, the solve with it equals the dense one; the colouring of a
+    random pattern puts no two columns that share a row in one group."""
+    model = Chain()
+    coloring = _coloring(model.jacobian_sparsity().tobytes(), 40)
+    assert coloring.n_colors == 3
+    th = model.parameters.view(model.parameters.nominal)
+    x = model.initial_state(th) + 0.3
+    fun = lambda u: model.vector_field(0.0, u, th)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(_jacobian(fun, x, coloring)),
+                                  np.asarray(jax.jacfwd(fun)(x)))  # fmt: skip
+    solver = with_sparsity(ji.BDF(), model.jacobian_sparsity())
+    assert solver.coloring == coloring
+    sparse = ji.Integrator(ji.BDF(), rtol=1e-9, atol=1e-12)
+    S = ji.sensitivity_matrix(model, model.parameters.nominal, integrator=sparse)
+    ref = _radau(model, np.asarray(model.parameters.nominal))[:, ::8]
+    y = np.asarray(ji.simulate(model, model.parameters.nominal, integrator=sparse).ys)
+    assert np.abs(y - ref).max() <= ji.BDF.global_error * 1e-9 * np.abs(ref).max()
+    assert np.all(np.isfinite(np.asarray(S)))
+    rng = np.random.default_rng(0)
+    P = rng.random((30, 30)) < 0.1
+    c = _coloring(P.tobytes(), 30)
+    groups = np.asarray(c.colors)
+    full = P | np.eye(30, dtype=bool)
+    for g in range(c.n_colors):
+        assert np.all(full[:, groups == g].sum(axis=1) <= 1)
+    # a dense pattern (more than half as many groups as columns) is evaluated by jacfwd
+    assert with_sparsity(ji.BDF(), np.ones((5, 5), bool)).coloring is None
+
+
+def test_failures_are_reported():
+    """A solution that blows up ends with a clear error, a step cap with its own; BDF is
+    no solver for diffrax.diffeqsolve."""
+    from models_for_tests import BlowUp
+
+    blow = BlowUp()
+    integ = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-10)
+    with pytest.raises(Exception, match="step size collapsed|NaN or inf"):
+        ji.simulate(blow, jnp.array([1.0]), integrator=integ)
+    capped = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-10, max_steps=5)
+    with pytest.raises(Exception, match="max_steps|maximum number of solver steps"):
+        ji.simulate(Robertson(), Robertson().parameters.nominal, integrator=capped)
+    ok = ji.simulate(blow, jnp.array([1.0]), integrator=integ, throw=False)
+    assert not bool(ok.ok) and np.all(np.isnan(np.asarray(ok.ys)))
+    with pytest.raises(TypeError, match="not a diffrax solver"):
+        diffrax.diffeqsolve(diffrax.ODETerm(lambda t, y, a: -y), ji.BDF(), 0.0, 1.0, 0.1,
+                            jnp.array([1.0]))  # fmt: skip
+    with pytest.raises(ValueError, match="max_order"):
+        ji.BDF(max_order=6)
+    # a nonsmooth right-hand side (IVGTT's pump): refused, with the solver to take
+    ivgtt = ji.models.load("ivgtt")
+    with pytest.raises(ValueError, match="differentiable in the state.*Kvaerno5"):
+        ji.sensitivity(ivgtt, integrator=ji.Integrator(ji.BDF()))
