@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from .._runtime._config import compiler_options, version
 from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
-from .._solve._bdf import recording_spans
+from .._solve._bdf import integrates_by_span
 from ._sweep_files import LazyFingerprint, read_parts, ResultFiles, unset
 
 
@@ -169,8 +169,11 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
                 return out, ok(out)
 
             def share(samples):  # one device's samples, `lanes` at a time
-                return jax.lax.map(one, samples, batch_size=lanes)
+                # (one lane: a loop without a vmap, whose branches each sample takes alone)
+                return jax.lax.map(one, samples, batch_size=None if lanes == 1 else lanes)
 
+            if n_dev == 1 and lanes == 1:
+                return share(batch)
             # (devices, per device, ...): the sharded leading axis stays the devices'
             by_device = jax.tree.map(lambda x: x.reshape(n_dev, per_device, *x.shape[1:]), batch)
             out = jax.vmap(share)(by_device)
@@ -181,16 +184,15 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
     split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
     with checks_as_nan():
-        with recording_spans() as spans:
-            jitted = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
-                             out_shardings=split)  # fmt: skip
-            lowered = jitted.lower(arrays, first)
-        if spans and platform == "cpu" and vmap_size is None and lanes > 1:
-            # ji.BDF keeps its Jacobian across steps by branching, and in a vmap a branch
-            # is taken for every lane at every step: its samples run one at a time
-            jitted = jax.jit(chunk_of(1), in_shardings=(replicated, split),
-                             out_shardings=split)  # fmt: skip
-            lowered = jitted.lower(arrays, first)
+        traced = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
+                         out_shardings=split).trace(arrays, first)  # fmt: skip
+        if platform == "cpu" and vmap_size is None and lanes > 1:
+            if integrates_by_span(traced.jaxpr):
+                # ji.BDF keeps its Jacobian across steps by branching, and in a vmap a
+                # branch is taken for every lane at every step: one sample at a time
+                traced = jax.jit(chunk_of(1), in_shardings=(replicated, split),
+                                 out_shardings=split).trace(arrays, first)  # fmt: skip
+        lowered = traced.lower()
         compiled = lowered.compile(compiler_options(platform))
     entry = (compiled, lowered.out_info, LazyFingerprint(lowered))
     if key is not None:

@@ -18,7 +18,6 @@ neither the Jacobian nor the factorization grows with the number of parameters; 
 tangents are in the convergence test and the error test.
 """
 
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -555,8 +554,7 @@ def _reject(sys, s: _State, D, h, k, u, conv, e_norm):
 
 def _bdf_span(solver: BDF, field, t0, t1, y0, ts, args, rtol, atol, norm, jump_ts,
               max_steps, dt0) -> SpanSolution:  # fmt: skip
-    for found in _RECORDERS:
-        found.append(solver)
+    t0 = _ji_bdf_span(t0)
     sys, unravel = _system(solver, field, args, y0, rtol, atol, norm)
     u0 = ravel_pytree(y0)[0]
     dtype = u0.dtype
@@ -611,19 +609,36 @@ def _bdf_span(solver: BDF, field, t0, t1, y0, ts, args, rtol, atol, norm, jump_t
     )
 
 
-_RECORDERS: list[list] = []
+@jax.jit
+def _ji_bdf_span(t0):
+    """The identity, as a named call that marks a program integrating with `ji.BDF`
+    (`integrates_by_span`): the name stays in a jaxpr whose inner calls were traced
+    before (and so not traced again)."""
+    return t0
 
 
-@contextlib.contextmanager
-def recording_spans():
-    """Within it, each `ji.BDF` span traced adds an entry to the list it yields (a sweep
-    asks whether its function solves with BDF, whose samples must not share a vmap)."""
-    found: list = []
-    _RECORDERS.append(found)
-    try:
-        yield found
-    finally:
-        _RECORDERS.remove(found)
+def integrates_by_span(jaxpr) -> bool:
+    """Whether a traced program (a `ClosedJaxpr`) integrates with `ji.BDF` anywhere: a
+    sweep asks, as BDF keeps its Jacobian by branching and under `vmap` every branch
+    runs for every sample at every step."""
+    seen: set[int] = set()
+
+    def walk(j) -> bool:
+        j = getattr(j, "jaxpr", j)
+        if id(j) in seen:
+            return False
+        seen.add(id(j))
+        for eqn in j.eqns:
+            if eqn.params.get("name") == _ji_bdf_span.__name__:
+                return True
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                        if walk(sub):
+                            return True
+        return False
+
+    return walk(jaxpr)
 
 
 def diffrax_solver(solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:

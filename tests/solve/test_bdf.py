@@ -12,7 +12,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import jaxident as ji
-from jaxident._solve._bdf import _coloring, _jacobian, with_sparsity
+from jaxident._solve._bdf import _coloring, _jacobian, integrates_by_span, with_sparsity
 
 
 class Hires(ji.ODEModel):
@@ -141,6 +141,39 @@ def test_sensitivities_against_rodas4_under_jit_and_vmap():
     one = ji.sensitivity_matrix(model, batch[1], integrator=integ)
     np.testing.assert_allclose(np.asarray(S[1]), np.asarray(one), rtol=1e-10, atol=1e-14)
     assert ji.sensitivity(model, th, integrator=integ).accuracy == ji.BDF.global_error * 1e-9
+
+
+def test_a_sweep_runs_its_samples_one_at_a_time_and_equal_to_single_calls():
+    """A program that integrates with ji.BDF is recognised from its jaxpr even where its
+    solve was traced before (a Rodas4 one is not); a sweep's default lanes then give
+    way to one sample at a time, no vmap, with the single calls' results."""
+    model = Hires()
+    integ = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-12)
+    f = jax.jit(lambda p: ji.sensitivity_matrix(model, p, integrator=integ))
+    th = jnp.asarray(model.parameters.nominal)
+    samples = jnp.stack([th, th * 1.05, th * 0.95])
+    singles = np.stack([np.asarray(f(p)) for p in samples])
+    assert integrates_by_span(jax.make_jaxpr(f)(th))  # traced before: still found
+    rodas = ji.Integrator(ji.Rodas4(), rtol=1e-8, atol=1e-12)
+    assert not integrates_by_span(
+        jax.make_jaxpr(lambda p: ji.sensitivity_matrix(model, p, integrator=rodas))(th)
+    )
+    shapes = []
+
+    def probe(x):  # at run time, the shape of the samples one call of `f` sees
+        def seen(v):
+            shapes.append(v.shape)
+            return v
+
+        return jax.pure_callback(seen, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+                                 vmap_method="expand_dims")  # fmt: skip
+
+    res = ji.sweep(lambda p: f(probe(p)), samples, progress=False)
+    assert res.n_failed == 0 and shapes == [th.shape] * 3
+    np.testing.assert_allclose(np.asarray(res.values), singles, rtol=1e-12, atol=1e-15)
+    shapes.clear()
+    ji.sweep(lambda p: f(probe(p)), samples, progress=False, vmap_size=3)
+    assert shapes == [(1, 3, th.size)]  # a vmap where one is asked for (devices, lanes)
 
 
 def test_a_declared_sparsity_colours_the_jacobian():
