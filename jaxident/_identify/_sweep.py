@@ -284,7 +284,9 @@ def sweep(
       all its axes.
     - `vmap_size`: samples vmapped side by side on a device; default: the backend's
       rule, 32 on a CPU (a vmapped lane waits for the slowest: see the module
-      docstring for the measurements) and the device's whole share of a chunk on a GPU.
+      docstring for the measurements) and the device's whole share of a chunk on a GPU;
+      1 (a loop, no vmap) on a CPU for a function that integrates with `ji.BDF`, whose
+      kept Jacobian is a branch that a vmap would take for every lane at every step.
 
     Results do not depend on the devices, up to rounding: each sample is computed by the
     same program, whichever device holds it.
