@@ -269,16 +269,7 @@ class SBMLModel(ODEModel):
         defs = dict(self.rules)
         pattern = np.zeros((len(self.state_ids),) * 2, dtype=bool)
         for i, rate in enumerate(self.rates):
-            stack, seen = list(symbols_of(rate)), set()
-            while stack:
-                s = stack.pop()
-                if s in seen:
-                    continue
-                seen.add(s)
-                if s in index:
-                    pattern[i, index[s]] = True
-                if s in defs:
-                    stack.extend(symbols_of(defs[s]))
+            pattern[i, [index[s] for s in _reached([rate], defs) if s in index]] = True
         return pattern
 
     def parameter_dependence(self) -> Dependence:
@@ -289,24 +280,37 @@ class SBMLModel(ODEModel):
         defs = {**dict(self.initial), **dict(self.rules)}
 
         def reach(exprs) -> frozenset[str]:
-            out, seen = set(), set()
-            stack = [s for e in exprs for s in symbols_of(e)]
-            while stack:
-                s = stack.pop()
-                if s in seen:
-                    continue
-                seen.add(s)
-                if s in params:
-                    out.add(s)
-                if s in defs:
-                    stack.extend(symbols_of(defs[s]))
-            return frozenset(out)
+            return frozenset(_reached(exprs, defs) & params)
 
         solution = [*self.rates, *(e for _, e in self.initial), *self.switches]
         for tau, assignments, _ in (*self.events, *self.triggered):
             solution += [tau, *(e for _, e in assignments)]
         overrides = {f(s) for s in self.overrides for f in (initial_value, initial_set)}
         return Dependence(reach(solution) | overrides, tuple(reach([o]) for o in self.observables))
+
+
+def _reached(exprs, defs: Mapping[str, sp.Expr]) -> set[str]:
+    """The names in `exprs`, and in the definitions (`defs`: name -> expression) of
+    those names, followed to the end."""
+    seen: set[str] = set()
+    stack = [s for e in exprs for s in symbols_of(e)]
+    while stack:
+        s = stack.pop()
+        if s not in seen:
+            seen.add(s)
+            stack.extend(symbols_of(defs[s]) if s in defs else ())
+    return seen
+
+
+def _state_env(names, state_ids, rules, t, x, p) -> dict:
+    """The values of the parameters `p`, the time `t`, the states `x` and the rules
+    (evaluated in order) by name."""
+    env = dict(zip(names, jnp.unstack(p)))
+    env[TIME] = t
+    env.update(zip(state_ids, jnp.unstack(x)))
+    for name, expr in rules:
+        env[name] = evaluate(expr, env)
+    return env
 
 
 @functools.lru_cache(maxsize=64)
@@ -324,11 +328,7 @@ def _of_state(names, state_ids, rules, exprs):
     common, reduced = sp.cse(list(exprs), symbols=sp.numbered_symbols("__cse"), order="none")
 
     def fn(t, x, p):
-        env = dict(zip(names, jnp.unstack(p)))
-        env[TIME] = t
-        env.update(zip(state_ids, jnp.unstack(x)))
-        for name, expr in rules:
-            env[name] = evaluate(expr, env)
+        env = _state_env(names, state_ids, rules, t, x, p)
         for symbol, expr in common:
             env[symbol.name] = evaluate(expr, env)
         zero = jnp.zeros((), dtype=x.dtype)
@@ -346,13 +346,13 @@ _SMALL = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
 _LARGE = Integrator(BDF(), rtol=1e-8, atol=1e-10)
 
 
-def _template(core: sp.Expr) -> tuple[str, tuple[str, ...]]:
-    """`(key, names)`: `core` with its symbols replaced by slots `_s0, _s1, ...` (in the
-    order they first appear), written out (equal keys are equal expressions), and the
-    names in the slots."""
+def _template(core: sp.Expr) -> tuple[sp.Expr, tuple[str, ...]]:
+    """`(template, names)`: `core` with its symbols replaced by slots `_s0, _s1, ...`
+    (in the order they first appear; equal templates are equal forms), and the names in
+    the slots."""
     names = sorted({s.name for s in core.free_symbols}, key=sp.srepr(core).index)
     slots = {sp.Symbol(n): sp.Symbol(f"_s{i}") for i, n in enumerate(names)}
-    return sp.srepr(core.xreplace(slots)), tuple(names)
+    return core.xreplace(slots), tuple(names)
 
 
 @functools.lru_cache(maxsize=64)
@@ -373,20 +373,16 @@ def _rolled(names, state_ids, rules, rates):
             if core == 1:  # a constant term: a flux of its own
                 coeff, core = 1.0, term
             terms.append((i, float(coeff), cores.setdefault(core, len(cores))))
-    groups: dict[str, list] = {}
+    groups: dict[sp.Expr, list] = {}
     for core in cores:
-        key, slot_names = _template(core)
-        groups.setdefault(key, []).append((core, slot_names))
+        template, slot_names = _template(core)
+        groups.setdefault(template, []).append((core, slot_names))
     if len(state_ids) < LARGE_NETWORK or 4 * len(groups) > len(cores):
         return None
     env_names = [*names, *state_ids, *(n for n, _ in rules), TIME]
     index = {n: j for j, n in enumerate(env_names)}
     order, plans = [], []
-    for members in groups.values():
-        core, slot_names = members[0]
-        template = core.xreplace(
-            {sp.Symbol(n): sp.Symbol(f"_s{i}") for i, n in enumerate(slot_names)}
-        )
+    for template, members in groups.items():
         slots = np.array([[index[n] for n in slot_names] for _, slot_names in members])
         plans.append((template, slots.reshape(len(members), -1)))
         order.extend(cores[core] for core, _ in members)
@@ -416,11 +412,7 @@ def _rolled(names, state_ids, rules, rates):
     def fn(t, x, p):
         parts = [p, x]
         if rules:
-            env = dict(zip(names, jnp.unstack(p)))
-            env[TIME] = t
-            env.update(zip(state_ids, jnp.unstack(x)))
-            for name, expr in rules:
-                env[name] = evaluate(expr, env)
+            env = _state_env(names, state_ids, rules, t, x, p)
             parts.append(jnp.stack([jnp.zeros((), x.dtype) + env[r] for r in rule_names]))
         values = jnp.concatenate([*parts, jnp.reshape(jnp.asarray(t, x.dtype), (1,))])
         fluxes = []
