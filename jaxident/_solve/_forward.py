@@ -18,7 +18,9 @@ column, so the scaling is undone exactly.
 Implicit solvers solve each stage by a chord iteration whose matrix is the state's own
 `I - h gamma f_x`, factorized once per step and applied to all `1 + k` columns (the
 simultaneous corrector of CVODES with a block-diagonal Newton matrix): the cost of the
-factorization does not grow with the number of parameters.
+factorization does not grow with the number of parameters. `ji.BDF` corrects staggered
+instead (the state first, then the tangents at the corrected state, with the same
+factorization; `_solve/_bdf.py`).
 """
 
 import dataclasses
