@@ -32,6 +32,12 @@ import numpy as np
 import optimistix as optx
 from jax.flatten_util import ravel_pytree
 
+from .._linalg._sparse_lu import (
+    sparse_lu_factor,
+    sparse_lu_plan,
+    sparse_lu_solve,
+    SparseLUPlan,
+)
 from ._rosenbrock import Rodas4
 
 
@@ -47,6 +53,12 @@ _REFACTOR = 0.3  # refactorize once c has moved by more than this, relatively
 _SAFETY = 0.9
 _MIN_FACTOR = 0.2
 _MAX_FACTOR = 10.0
+# the size from which a declared sparsity would be factorized sparse
+# (`_linalg/_sparse_lu.py`) where the factors fill at most an eighth of a dense matrix:
+# not yet, as Chen's 500-state network ran slower with it than with LAPACK's dense LU
+# (2026-11-28, not understood: alone, its factorization took 2.7 ms against 51 and a
+# solve of 155 columns 4 ms against 20); a plan given as `BDF(sparse_lu=...)` is used
+_SPARSE_LU_FROM = None
 
 
 class SpanSolution(NamedTuple):
@@ -100,6 +112,9 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     # the Jacobian's nonzero entries grouped by columns that share no row (`_Coloring`),
     # set from the model's `jacobian_sparsity()` for one solve
     coloring: "_Coloring | None" = eqx.field(static=True, default=None, repr=False)
+    # the sparse LU of `I - c J` with that pattern (`_linalg/_sparse_lu.py`), where it
+    # is the faster; one given here is kept
+    sparse_lu: SparseLUPlan | None = eqx.field(static=True, default=None, repr=False)
 
     term_structure: ClassVar = diffrax.ODETerm
     interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
@@ -183,7 +198,8 @@ def _coloring(pattern_bytes: bytes, n: int) -> _Coloring:
 def with_sparsity(solver: diffrax.AbstractSolver, pattern) -> diffrax.AbstractSolver:
     """`solver` told the Jacobian's sparsity `pattern` (`(n, n)` booleans, or `None`):
     a `ji.BDF` then evaluates its Jacobian by groups of columns where there are at most
-    half as many groups as columns; any other solver is returned as it is."""
+    half as many groups as columns (and factorizes `I - c J` sparse from
+    `_SPARSE_LU_FROM` states, where set); any other solver is returned as it is."""
     if not isinstance(solver, BDF) or pattern is None:
         return solver
     pattern = np.asarray(pattern, dtype=bool)
@@ -193,7 +209,10 @@ def with_sparsity(solver: diffrax.AbstractSolver, pattern) -> diffrax.AbstractSo
     coloring = _coloring(pattern.tobytes(), n)
     if 2 * coloring.n_colors > n:
         return solver
-    return dataclasses.replace(solver, coloring=coloring)
+    plan = solver.sparse_lu
+    if plan is None and _SPARSE_LU_FROM is not None and n >= _SPARSE_LU_FROM:
+        plan = sparse_lu_plan(pattern)
+    return dataclasses.replace(solver, coloring=coloring, sparse_lu=plan)
 
 
 def _jacobian(fun, x, coloring: "_Coloring | None"):
@@ -254,14 +273,16 @@ def _next_stop(t, t1, jump_ts):
 
 class _System(NamedTuple):
     """What the steps need of a span's equations, on the flat state `u` (`N` values):
-    `F(t, u)`, the Jacobian of the state block, the block solve with a factorization,
-    the corrector (`corrector(t, u_pred, psi, c, shrink, lu, crate) -> (u, d, converged,
-    evaluations, crate)`) and the error norm of a flat scaled vector."""
+    `F(t, u)`, the Jacobian of the state block, its factorization as `I - c J`
+    (`factor(J, c)`), the corrector (`corrector(t, u_pred, psi, c, shrink, lu, crate) ->
+    (u, d, converged, evaluations, crate)`) and the error norm of a flat scaled
+    vector."""
 
     n: int  # the size of the state block (of `J`)
     F: Callable
     jacobian: Callable
     factor: Callable
+    empty: Callable  # a factorization's zeros, of its structure
     corrector: Callable
     norm: Callable
 
@@ -318,7 +339,7 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
 
         def corrector(t, u_pred, psi, c, shrink, lu, crate):
             scale = atol + rtol * jnp.abs(u_pred)
-            solve = lambda r: jsp.linalg.lu_solve(lu, r)  # noqa: E731
+            solve = functools.partial(_lu_solve, solver.sparse_lu, lu)
             residual = lambda u: F(t, u)  # noqa: E731
             return _iterate(residual, solve, flat_norm, scale, u_pred, psi, c, shrink, tol,
                             crate)  # fmt: skip
@@ -331,24 +352,52 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
         z0, Z0 = y0
         n, p = z0.size, Z0.shape[1]
         corrector = functools.partial(_staggered_corrector, field, solver.state_field, args,
-                                      n, p, rtol, atol, tol)  # fmt: skip
+                                      n, p, rtol, atol, tol, solver.sparse_lu)  # fmt: skip
 
         def jacobian(t, u):
             return _jacobian(lambda z: solver.state_field(t, z, args), u[:n], solver.coloring)
 
-    def factor(J, c):
-        return jsp.linalg.lu_factor(jnp.eye(n, dtype=dtype) - c * J)
+    factor = functools.partial(_lu_factor, solver.sparse_lu)
 
-    return _System(n, F, jacobian, factor, corrector, flat_norm), unravel
+    def empty():
+        shapes = jax.eval_shape(factor, jnp.zeros((n, n), dtype), jnp.zeros((), dtype))
+        return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+
+    return _System(n, F, jacobian, factor, empty, corrector, flat_norm), unravel
 
 
-def _staggered_corrector(field, state_field, args, n, p, rtol, atol, tol, t, u_pred,
+def _lu_factor(plan: SparseLUPlan | None, J, c):
+    """The factorization of `I - c J`: LAPACK's dense LU with partial pivoting, or the
+    sparse one of `plan`, with the dense one made instead where the sparse one is
+    refused (a pivot too small without pivoting)."""
+    A = jnp.eye(J.shape[0], dtype=J.dtype) - c * J
+    if plan is None:
+        return jsp.linalg.lu_factor(A)
+    values, ok = sparse_lu_factor(plan, A)
+    dense = jax.lax.cond(
+        ok,
+        lambda: (jnp.zeros_like(A), jnp.zeros(A.shape[0], jnp.int32)),
+        lambda: jsp.linalg.lu_factor(A),
+    )
+    return values, ok, dense
+
+
+def _lu_solve(plan: SparseLUPlan | None, lu, r):
+    """`(I - c J)^{-1} r` with `_lu_factor`'s factorization; `r` is `(n,)` or `(n, k)`."""
+    if plan is None:
+        return jsp.linalg.lu_solve(lu, r)
+    values, ok, dense = lu
+    return jax.lax.cond(ok, lambda: sparse_lu_solve(plan, values, r),
+                        lambda: jsp.linalg.lu_solve(dense, r))  # fmt: skip
+
+
+def _staggered_corrector(field, state_field, args, n, p, rtol, atol, tol, plan, t, u_pred,
                          psi, c, shrink, lu, crate):  # fmt: skip
     """The state block corrected first, then the tangents at the corrected state."""
     dtype = u_pred.dtype
     z_pred, Z_pred = u_pred[:n], u_pred[n:]
     scale_z = atol + rtol * jnp.abs(z_pred)
-    solve_z = lambda r: jsp.linalg.lu_solve(lu, r)  # noqa: E731
+    solve_z = functools.partial(_lu_solve, plan, lu)
     residual_z = lambda z: state_field(t, z, args).astype(dtype)  # noqa: E731
     z, dz, conv_z, it_z, crate = _iterate(residual_z, solve_z, optx.rms_norm, scale_z,
                                           z_pred, psi[:n], c, shrink, tol, crate)  # fmt: skip
@@ -360,7 +409,7 @@ def _staggered_corrector(field, state_field, args, n, p, rtol, atol, tol, t, u_p
             return field(t, (z, Z.reshape(n, p)), args)[1].reshape(-1).astype(dtype)
 
         def solve_Z(r):
-            return jsp.linalg.lu_solve(lu, r.reshape(n, p)).reshape(-1)
+            return _lu_solve(plan, lu, r.reshape(n, p)).reshape(-1)
 
         # the RMS over the columns that move (a zero column, one a problem pads with,
         # neither dilutes nor tightens the test)
@@ -437,7 +486,7 @@ def _start(sys: _System, t0, t1, u0, ts, jump_ts, rtol, atol, dt0) -> _State:
     # Jacobian's program, inside the loop)
     n = sys.n
     J = jnp.zeros((n, n), dtype)
-    lu = (J, jnp.zeros((n,), jnp.int32))
+    lu = sys.empty()
     n_save = ts.shape[0]
     at_start = ts <= t0
     ys = (

@@ -1,5 +1,6 @@
-"""ji.BDF against SciPy's Radau at tight tolerance, against ji.Rodas4's sensitivities, under
-jit and vmap; its sparse Jacobians against jacfwd; its failures."""
+"""ji.BDF against SciPy's Radau at tight tolerance and the stiff test set's published
+solution, against ji.Rodas4's sensitivities under jit and vmap and against finite
+differences; its sparse Jacobians against jacfwd; its failures."""
 
 import functools
 
@@ -12,6 +13,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import jaxident as ji
+from jaxident._linalg._sparse_lu import sparse_lu_plan
 from jaxident._solve._bdf import _coloring, _jacobian, integrates_by_span, with_sparsity
 
 
@@ -70,26 +72,88 @@ class Robertson(ji.ODEModel):
         return y
 
 
+_POLL_K = [0.35, 26.6, 1.23e4, 8.6e-4, 8.2e-4, 1.5e4, 1.3e-4, 2.4e4, 1.65e4, 9.0e3, 0.022,
+           1.2e4, 1.88, 1.63e4, 4.8e6, 3.5e-4, 0.0175, 1e8, 4.44e11, 1240.0, 2.1, 5.78,
+           0.0474, 1780.0, 3.12]  # fmt: skip
+
+
+class Pollution(ji.ODEModel):
+    """The air pollution model of the Dutch National Institute of Public Health (Verwer
+    1994; POLL in Mazzia and Magherini's test set for IVP solvers): 20 species, 25
+    reactions, rate constants from 3.5e-4 to 4.4e11, the rate constants as parameters."""
+
+    parameters: ji.Parameters = ji.Parameters([f"k{i}" for i in range(1, 26)], _POLL_K)
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.array([0.5, 5.0, 20.0, 60.0]))
+    t0: float = 0.0
+
+    def vector_field(self, t, y, th):
+        k = th.values
+        y = jnp.concatenate([jnp.zeros(1), y])  # 1-based, as the test set writes it
+        r = [
+            k[0] * y[1], k[1] * y[2] * y[4], k[2] * y[5] * y[2], k[3] * y[7], k[4] * y[7],
+            k[5] * y[7] * y[6], k[6] * y[9], k[7] * y[9] * y[6], k[8] * y[11] * y[2],
+            k[9] * y[11] * y[1], k[10] * y[13], k[11] * y[10] * y[2], k[12] * y[14],
+            k[13] * y[1] * y[6], k[14] * y[3], k[15] * y[4], k[16] * y[4], k[17] * y[16],
+            k[18] * y[16], k[19] * y[17] * y[6], k[20] * y[19], k[21] * y[19],
+            k[22] * y[1] * y[4], k[23] * y[19] * y[1], k[24] * y[20],
+        ]  # fmt: skip
+        r = [None] + r
+        return jnp.stack(
+            [
+                -r[1] - r[10] - r[14] - r[23] - r[24] + r[2] + r[3] + r[9] + r[11] + r[12]
+                + r[22] + r[25],
+                -r[2] - r[3] - r[9] - r[12] + r[1] + r[21],
+                -r[15] + r[1] + r[17] + r[19] + r[22],
+                -r[2] - r[16] - r[17] - r[23] + r[15],
+                -r[3] + 2 * r[4] + r[6] + r[7] + r[13] + r[20],
+                -r[6] - r[8] - r[14] - r[20] + r[3] + 2 * r[18],
+                -r[4] - r[5] - r[6] + r[13],
+                r[4] + r[5] + r[6] + r[7],
+                -r[7] - r[8],
+                -r[12] + r[7] + r[9],
+                -r[9] - r[10] + r[8] + r[11],
+                r[9],
+                -r[11] + r[10],
+                -r[13] + r[12],
+                r[14],
+                -r[18] - r[19] + r[16],
+                -r[20],
+                r[20],
+                -r[21] - r[22] - r[24] + r[23] + r[25],
+                -r[25] + r[24],
+            ]
+        )  # fmt: skip
+
+    def initial_state(self, th):
+        y0 = jnp.zeros(20)
+        return y0.at[jnp.array([1, 3, 6, 7, 8, 16])].set(
+            jnp.array([0.2, 0.04, 0.1, 0.3, 0.01, 0.007]))  # fmt: skip
+
+    def output(self, t, y, th):
+        return y
+
+
 class Chain(ji.ODEModel):
-    """A reaction-diffusion chain of 40 cells, `u_i' = d (u_{i-1} - 2 u_i + u_{i+1}) -
+    """A reaction-diffusion chain of cells, `u_i' = d (u_{i-1} - 2 u_i + u_{i+1}) -
     k u_i^2`: a tridiagonal Jacobian, declared."""
 
     parameters: ji.Parameters = ji.Parameters(["d", "k"], [400.0, 1.0])
     times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.1, 2.0, 5))
     t0: float = 0.0
+    cells: int = eqx.field(static=True, default=40)
 
     def vector_field(self, t, u, th):
         padded = jnp.concatenate([u[:1], u, u[-1:]])
         return th.d * (padded[:-2] - 2 * u + padded[2:]) - th.k * u**2
 
     def initial_state(self, th):
-        return jnp.linspace(1.0, 0.0, 40) ** 2
+        return jnp.linspace(1.0, 0.0, self.cells) ** 2
 
     def output(self, t, u, th):
-        return u[::8]
+        return u[:: self.cells // 5]
 
     def jacobian_sparsity(self):
-        i = np.arange(40)
+        i = np.arange(self.cells)
         return np.abs(i[:, None] - i[None, :]) <= 1
 
 
@@ -143,6 +207,42 @@ def test_sensitivities_against_rodas4_under_jit_and_vmap():
     assert ji.sensitivity(model, th, integrator=integ).accuracy == ji.BDF.global_error * 1e-9
 
 
+# POLL's solution at t = 60 as the test set reports it (Mazzia and Magherini, computed
+# with RADAU5 at rtol = atol = 1.1e-18).
+_POLL_AT_60 = [5.646255480022769e-02, 1.342484130422339e-01, 4.139734331099427e-09,
+               5.523140207484359e-03, 2.018977262302196e-07, 1.464541863493966e-07,
+               7.784249118997964e-02, 3.245075353396018e-01, 7.494013383880406e-03,
+               1.622293157301561e-08, 1.135863833257075e-08, 2.230505975721359e-03,
+               2.087162882798630e-04, 1.396921016840158e-05, 8.964884856898295e-03,
+               4.352846369330103e-18, 6.899219696263405e-03, 1.007803037365946e-04,
+               1.772146513969984e-06, 5.682943292316392e-05]  # fmt: skip
+
+
+def test_pollution_against_the_test_sets_solution_and_finite_differences():
+    """POLL, the stiff test set's 20-species problem: the states at t = 60 within their
+    global-error bound of the published solution; the 25 sensitivity columns, along a
+    random direction of relative changes, against central differences of solves at
+    rtol 1e-12."""
+    model = Pollution()
+    th = np.asarray(model.parameters.nominal)
+    integ = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-12)
+    sens = ji.sensitivity(model, th, integrator=integ)
+    at_60 = np.asarray(sens.outputs).reshape(4, 20)[-1]
+    ref = np.asarray(_POLL_AT_60)
+    bound = ji.BDF.global_error * (1e-8 * ref + 1e-12)
+    assert np.all(np.abs(at_60 - ref) <= bound), np.max(np.abs(at_60 - ref) / bound)
+    v = th * np.random.default_rng(1).uniform(-1.0, 1.0, th.size)
+    h = 1e-4
+    tight = ji.Integrator(ji.BDF(), rtol=1e-12, atol=1e-20, max_steps=100_000)
+    ys = [np.asarray(ji.simulate(model, th + s * h * v, integrator=tight).ys).ravel()
+          for s in (1.0, -1.0)]  # fmt: skip
+    fd = (ys[0] - ys[1]) / (2 * h)
+    Sv = np.asarray(sens.matrix) @ v
+    scale = np.abs(fd).reshape(4, 20).max(axis=0)  # per state, over the times
+    err = np.abs(Sv - fd).reshape(4, 20) / scale
+    assert np.all(err <= 1e-5), err.max()
+
+
 def test_a_sweep_runs_its_samples_one_at_a_time_and_equal_to_single_calls():
     """A program that integrates with ji.BDF is recognised from its jaxpr even where its
     solve was traced before (a Rodas4 one is not); a sweep's default lanes then give
@@ -178,8 +278,9 @@ def test_a_sweep_runs_its_samples_one_at_a_time_and_equal_to_single_calls():
 
 def test_a_declared_sparsity_colours_the_jacobian():
     """The tridiagonal chain: 3 groups of columns for 40 states; the compressed Jacobian
-    equals jacfwd exactly, the solve with it equals the dense one; the colouring of a
-    random pattern puts no two columns that share a row in one group."""
+    equals jacfwd exactly; solved with the sparse LU, the outputs and
+    sensitivities equal Rodas4's; the colouring of a random
+    pattern puts no two columns that share a row in one group."""
     model = Chain()
     coloring = _coloring(model.jacobian_sparsity().tobytes(), 40)
     assert coloring.n_colors == 3
@@ -189,13 +290,18 @@ def test_a_declared_sparsity_colours_the_jacobian():
     np.testing.assert_array_equal(np.asarray(_jacobian(fun, x, coloring)),
                                   np.asarray(jax.jacfwd(fun)(x)))  # fmt: skip
     solver = with_sparsity(ji.BDF(), model.jacobian_sparsity())
-    assert solver.coloring == coloring
-    sparse = ji.Integrator(ji.BDF(), rtol=1e-9, atol=1e-12)
-    S = ji.sensitivity_matrix(model, model.parameters.nominal, integrator=sparse)
-    ref = _radau(model, np.asarray(model.parameters.nominal))[:, ::8]
-    y = np.asarray(ji.simulate(model, model.parameters.nominal, integrator=sparse).ys)
-    assert np.abs(y - ref).max() <= ji.BDF.global_error * 1e-9 * np.abs(ref).max()
-    assert np.all(np.isfinite(np.asarray(S)))
+    assert solver.coloring == coloring and solver.sparse_lu is None  # dense LU at 40
+    # `I - c J` factorized sparse where the solver is given the plan (tridiagonal: no fill)
+    plan = sparse_lu_plan(model.jacobian_sparsity())
+    assert plan.nnz == 3 * 40 - 2
+    assert with_sparsity(ji.BDF(sparse_lu=plan), model.jacobian_sparsity()).sparse_lu is plan
+    sparse = ji.Integrator(ji.BDF(sparse_lu=plan), rtol=1e-9, atol=1e-12)
+    got = ji.sensitivity(model, model.parameters.nominal, integrator=sparse)
+    dense = ji.Integrator(ji.Rodas4(), rtol=1e-11, atol=1e-14)
+    ref = ji.sensitivity(model, model.parameters.nominal, integrator=dense)
+    for a, b in [(got.outputs, ref.outputs), (got.matrix, ref.matrix)]:
+        a, b = np.asarray(a), np.asarray(b)
+        assert np.abs(a - b).max() <= ji.BDF.global_error * 1e-9 * np.abs(b).max()
     rng = np.random.default_rng(0)
     P = rng.random((30, 30)) < 0.1
     c = _coloring(P.tobytes(), 30)
