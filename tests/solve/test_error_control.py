@@ -246,6 +246,9 @@ _METHODS = [
     ji.Integrator(rtol=1e-10, atol=1e-12, sensitivity=ji.DifferentiateSolver()),
     ji.Integrator(ji.BDF(), rtol=1e-10, atol=1e-12),
 ]
+# where ji.BDF hands every span to Rodas4 (state-triggered events), its case repeats
+# Rodas4's: left out of CI
+_HANDED_OVER = [*_METHODS[:3], pytest.param(_METHODS[3], marks=pytest.mark.slow)]
 
 
 def _central(fn, th, h=1e-6):
@@ -400,7 +403,7 @@ def _refill_exact(p, t):
     return jnp.where(t < tau1, x0 * jnp.exp(-k * t), (c + D) * jnp.exp(-k * (t - last)))
 
 
-@pytest.mark.parametrize("integ", _METHODS, ids=["equations", "Rodas4", "differentiate", "BDF"])
+@pytest.mark.parametrize("integ", _HANDED_OVER, ids=["equations", "Rodas4", "differentiate", "BDF"])
 def test_state_triggered_events_against_the_closed_form(integ):
     """An event the state triggers, firing three times (each fall below `c`, re-armed
     in between): outputs and sensitivities (to the rate, the initial value, the
