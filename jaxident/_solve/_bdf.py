@@ -56,8 +56,8 @@ _MAX_FACTOR = 10.0
 # the size from which a declared sparsity would be factorized sparse
 # (`_linalg/_sparse_lu.py`) where the factors fill at most an eighth of a dense matrix:
 # not yet, as Chen's 500-state network ran slower with it than with LAPACK's dense LU
-# (2026-11-28, not understood: alone, its factorization took 2.7 ms against 51 and a
-# solve of 155 columns 4 ms against 20); a plan given as `BDF(sparse_lu=...)` is used
+# (2026-11-28, not understood; benchmarks/README); a plan given as `BDF(sparse_lu=...)`
+# is used
 _SPARSE_LU_FROM = None
 
 
