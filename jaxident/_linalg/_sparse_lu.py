@@ -19,7 +19,6 @@ On Chen et al. 2009's 500-species network (4,400 nonzeros): 7,660 entries in `L 
 """
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,14 +33,6 @@ from jaxtyping import Array, Bool, Float
 _GROWTH = 1e8
 
 
-class _Levels(NamedTuple):
-    """Index arrays, one row per level, padded with the dummy slots."""
-
-    a: np.ndarray
-    b: np.ndarray
-    c: np.ndarray
-
-
 class SparseLUPlan:
     """What is fixed by the pattern: the ordering `perm` (row and column `i` of the
     ordered matrix are `perm[i]` of `A`), the entries of `L + U` (`rows`, `cols`, in the
@@ -49,10 +40,10 @@ class SparseLUPlan:
     factorization and of the two triangular solves. Compared and hashed by its pattern,
     so that it can be a static field."""
 
-    def __init__(self, pattern: np.ndarray):
+    def __init__(self, pattern: np.ndarray, packed: bytes):
         n = pattern.shape[0]
         self.n = n
-        self._key = (n, np.packbits(pattern).tobytes())
+        self._key = (n, packed)
         full = pattern | np.eye(n, dtype=bool)
         self.perm = _ordering(full)
         filled = _fill(full[np.ix_(self.perm, self.perm)])
@@ -79,7 +70,7 @@ class SparseLUPlan:
 @functools.lru_cache(maxsize=16)
 def _plan(n: int, packed: bytes) -> SparseLUPlan:
     pattern = np.unpackbits(np.frombuffer(packed, np.uint8), count=n * n).astype(bool)
-    return SparseLUPlan(pattern.reshape(n, n))
+    return SparseLUPlan(pattern.reshape(n, n), packed)
 
 
 def sparse_lu_plan(pattern, max_fill: float = 0.125) -> SparseLUPlan | None:
@@ -133,10 +124,10 @@ def _padded(groups: list, fill: int) -> np.ndarray:
     return out
 
 
-def _factor_levels(filled: np.ndarray, slot: np.ndarray, nnz: int) -> tuple[_Levels, _Levels]:
-    """Per level: the `L` entries divided by their pivots (`a` by `b`), and the updates
-    `c -= a * b` (target, `L` entry, `U` entry). Pivot `k` waits for every `m < k` whose
-    column or row of the factors reaches row or column `k`."""
+def _factor_levels(filled: np.ndarray, slot: np.ndarray, nnz: int) -> tuple[np.ndarray, ...]:
+    """Per level (a row each): the `L` entries divided by their pivots (`da / db`), and
+    the updates `uc -= ua * ub` (target, `L` entry, `U` entry). Pivot `k` waits for every
+    `m < k` whose column or row of the factors reaches row or column `k`."""
     n = filled.shape[0]
     level = _levels(np.tril(filled | filled.T, -1), range(n))
     div_a, div_b, up_c, up_a, up_b = [], [], [], [], []
@@ -153,15 +144,14 @@ def _factor_levels(filled: np.ndarray, slot: np.ndarray, nnz: int) -> tuple[_Lev
             ub.extend(slot[k, jj].ravel())
         div_a.append(da), div_b.append(db), up_c.append(uc), up_a.append(ua), up_b.append(ub)
     # padding: divide the zero slot by the one slot, add 0 * 0 to the zero slot
-    divide = _Levels(_padded(div_a, nnz), _padded(div_b, nnz + 1), np.zeros((0,)))
-    update = _Levels(_padded(up_c, nnz), _padded(up_a, nnz), _padded(up_b, nnz))
-    return divide, update
+    return (_padded(div_a, nnz), _padded(div_b, nnz + 1), _padded(up_c, nnz),
+            _padded(up_a, nnz), _padded(up_b, nnz))  # fmt: skip
 
 
-def _solve_levels(T: np.ndarray, slot: np.ndarray, nnz: int, n: int, reverse: bool) -> _Levels:
-    """Per level of the triangular solve with the strict triangle `T`: the rows solved
-    (`a`, padded with the dummy row `n`), and the entries used (`b`: slot; `c`: row
-    within the level, then column, as `c = row_in_level * (n + 1) + column`)."""
+def _solve_levels(T, slot, nnz: int, n: int, reverse: bool) -> tuple[np.ndarray, ...]:
+    """Per level (a row each) of the triangular solve with the strict triangle `T`: the
+    rows solved (padded with the dummy row `n`), the slots of the entries used, and
+    where each goes (`row_in_level * (n + 1) + column`)."""
     order = range(n - 1, -1, -1) if reverse else range(n)
     level = _levels(T, order)
     rows, slots, where = [], [], []
@@ -172,7 +162,7 @@ def _solve_levels(T: np.ndarray, slot: np.ndarray, nnz: int, n: int, reverse: bo
         slots.append(slot[r[ii], jj])
         where.append(ii * (n + 1) + jj)
     width = max(len(r) for r in rows)
-    return _Levels(_padded(rows, n), _padded(slots, nnz), _padded(where, width * (n + 1) + n))
+    return _padded(rows, n), _padded(slots, nnz), _padded(where, width * (n + 1) + n)
 
 
 def sparse_lu_factor(plan: SparseLUPlan, A: Float[Array, "n n"]) -> tuple[Array, Bool[Array, ""]]:
@@ -182,7 +172,6 @@ def sparse_lu_factor(plan: SparseLUPlan, A: Float[Array, "n n"]) -> tuple[Array,
     values = A[plan.gather]
     # two slots at the end: zero (the padding's target and source) and one (its pivot)
     values = jnp.concatenate([values, jnp.array([0.0, 1.0], A.dtype)])
-    divide, update = plan.factor_levels
 
     def level(v, idx):
         da, db, uc, ua, ub = idx
@@ -190,7 +179,7 @@ def sparse_lu_factor(plan: SparseLUPlan, A: Float[Array, "n n"]) -> tuple[Array,
         v = v.at[uc].add(-v[ua] * v[ub])
         return v.at[-2].set(0.0), None
 
-    values, _ = jax.lax.scan(level, values, (divide.a, divide.b, update.a, update.b, update.c))
+    values, _ = jax.lax.scan(level, values, plan.factor_levels)
     values = values[: plan.nnz]
     big = jnp.max(jnp.abs(A))
     ok = jnp.all(jnp.isfinite(values)) & (jnp.max(jnp.abs(values)) <= _GROWTH * big)
@@ -220,7 +209,7 @@ def sparse_lu_solve(plan: SparseLUPlan, values: Array, b: Array) -> Array:
 
         return level
 
-    x, _ = jax.lax.scan(sweep(False), x, tuple(plan.lower))
-    x, _ = jax.lax.scan(sweep(True), x, tuple(plan.upper))
+    x, _ = jax.lax.scan(sweep(False), x, plan.lower)
+    x, _ = jax.lax.scan(sweep(True), x, plan.upper)
     x = jnp.zeros((n, k), x.dtype).at[plan.perm].set(x[:n])
     return x[:, 0] if vector else x

@@ -32,12 +32,7 @@ import numpy as np
 import optimistix as optx
 from jax.flatten_util import ravel_pytree
 
-from .._linalg._sparse_lu import (
-    sparse_lu_factor,
-    sparse_lu_plan,
-    sparse_lu_solve,
-    SparseLUPlan,
-)
+from .._linalg._sparse_lu import sparse_lu_factor, sparse_lu_solve, SparseLUPlan
 from ._rosenbrock import Rodas4
 
 
@@ -53,12 +48,6 @@ _REFACTOR = 0.3  # refactorize once c has moved by more than this, relatively
 _SAFETY = 0.9
 _MIN_FACTOR = 0.2
 _MAX_FACTOR = 10.0
-# the size from which a declared sparsity would be factorized sparse
-# (`_linalg/_sparse_lu.py`) where the factors fill at most an eighth of a dense matrix:
-# not yet, as Chen's 500-state network ran slower with it than with LAPACK's dense LU
-# (2026-11-28, not understood; benchmarks/README); a plan given as `BDF(sparse_lu=...)`
-# is used
-_SPARSE_LU_FROM = None
 
 
 class SpanSolution(NamedTuple):
@@ -112,8 +101,9 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     # the Jacobian's nonzero entries grouped by columns that share no row (`_Coloring`),
     # set from the model's `jacobian_sparsity()` for one solve
     coloring: "_Coloring | None" = eqx.field(static=True, default=None, repr=False)
-    # the sparse LU of `I - c J` with that pattern (`_linalg/_sparse_lu.py`), where it
-    # is the faster; one given here is kept
+    # a sparse LU of `I - c J` (`_linalg/_sparse_lu.py`), used where given: not chosen
+    # by size, as Chen's 500-state network ran slower with it than with LAPACK's dense LU
+    # (2026-11-28, not understood; benchmarks/README)
     sparse_lu: SparseLUPlan | None = eqx.field(static=True, default=None, repr=False)
 
     term_structure: ClassVar = diffrax.ODETerm
@@ -198,8 +188,7 @@ def _coloring(pattern_bytes: bytes, n: int) -> _Coloring:
 def with_sparsity(solver: diffrax.AbstractSolver, pattern) -> diffrax.AbstractSolver:
     """`solver` told the Jacobian's sparsity `pattern` (`(n, n)` booleans, or `None`):
     a `ji.BDF` then evaluates its Jacobian by groups of columns where there are at most
-    half as many groups as columns (and factorizes `I - c J` sparse from
-    `_SPARSE_LU_FROM` states, where set); any other solver is returned as it is."""
+    half as many groups as columns; any other solver is returned as it is."""
     if not isinstance(solver, BDF) or pattern is None:
         return solver
     pattern = np.asarray(pattern, dtype=bool)
@@ -209,10 +198,7 @@ def with_sparsity(solver: diffrax.AbstractSolver, pattern) -> diffrax.AbstractSo
     coloring = _coloring(pattern.tobytes(), n)
     if 2 * coloring.n_colors > n:
         return solver
-    plan = solver.sparse_lu
-    if plan is None and _SPARSE_LU_FROM is not None and n >= _SPARSE_LU_FROM:
-        plan = sparse_lu_plan(pattern)
-    return dataclasses.replace(solver, coloring=coloring, sparse_lu=plan)
+    return dataclasses.replace(solver, coloring=coloring)
 
 
 def _jacobian(fun, x, coloring: "_Coloring | None"):
@@ -357,6 +343,11 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
         def jacobian(t, u):
             return _jacobian(lambda z: solver.state_field(t, z, args), u[:n], solver.coloring)
 
+    if solver.sparse_lu is not None and solver.sparse_lu.n != n:
+        raise ValueError(
+            f"BDF(sparse_lu=...) was planned for {solver.sparse_lu.n} states; this model "
+            f"integrates {n}."
+        )
     factor = functools.partial(_lu_factor, solver.sparse_lu)
 
     def empty():

@@ -302,6 +302,9 @@ def test_a_declared_sparsity_colours_the_jacobian():
     for a, b in [(got.outputs, ref.outputs), (got.matrix, ref.matrix)]:
         a, b = np.asarray(a), np.asarray(b)
         assert np.abs(a - b).max() <= ji.BDF.global_error * 1e-9 * np.abs(b).max()
+    wrong = ji.Integrator(ji.BDF(sparse_lu=sparse_lu_plan(np.eye(30, dtype=bool))))
+    with pytest.raises(ValueError, match="planned for 30 states; this model integrates 40"):
+        ji.simulate(model, model.parameters.nominal, integrator=wrong)
     rng = np.random.default_rng(0)
     P = rng.random((30, 30)) < 0.1
     c = _coloring(P.tobytes(), 30)
