@@ -102,8 +102,9 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     # set from the model's `jacobian_sparsity()` for one solve
     coloring: "_Coloring | None" = eqx.field(static=True, default=None, repr=False)
     # a sparse LU of `I - c J` (`_linalg/_sparse_lu.py`), used where given: not chosen
-    # by size, as Chen's 500-state network ran slower with it than with LAPACK's dense LU
-    # (2026-11-28, not understood; benchmarks/README)
+    # by size, as its solves cost a few microseconds per level in XLA's CPU loop, so that
+    # Chen's 118 levels solve one column 1.5x slower than LAPACK's dense LU at 500 states
+    # (benchmarks/bench_sparse_lu.py; benchmarks/README)
     sparse_lu: SparseLUPlan | None = eqx.field(static=True, default=None, repr=False)
 
     term_structure: ClassVar = diffrax.ODETerm
