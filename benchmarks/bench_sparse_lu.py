@@ -12,8 +12,9 @@ vary up to 20x.
     taskset -c 0 python benchmarks/bench_sparse_lu.py --problem Chen_MSB2009/Chen_MSB2009.yaml
 
 The synthetic pattern (default, `--n` states) is modules of 10 species coupled through 5
-shared ones. With `--problem` the pattern is the model's
-Jacobian sparsity (`model.jacobian_sparsity()`).
+shared ones. With `--problem` the pattern is the model's Jacobian sparsity
+(`model.jacobian_sparsity()`). Both sides of a "factorize and solve" case also scale the
+dense matrix at every pass (the same work on each side).
 """
 
 import argparse

@@ -17,8 +17,9 @@ the caller to use a dense LU with partial pivoting instead.
 On Chen et al. 2009's 500-species network (4,400 nonzeros): 7,660 entries in `L + U`
 (dense: 250,000), 44,000 multiplications to factorize, 59 levels. Each level is a few
 microseconds of fixed work in a compiled loop on a CPU, so the cost follows the levels
-more than the entries: on Chen it factorizes 2-3x faster than LAPACK's dense LU but
-solves one right-hand side 1.5x slower (`benchmarks/bench_sparse_lu.py`).
+more than the entries: on Chen a factorization and solve take 1.8x less time than
+LAPACK's dense LU, but a solve of one right-hand side 1.5x more
+(`benchmarks/bench_sparse_lu.py`).
 """
 
 import functools
