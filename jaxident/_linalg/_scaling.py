@@ -8,7 +8,9 @@ their 2-norms (`C`). Both scalings are undone exactly by any change of units, so
 decision is unit-free; the column scales are recorded in the results.
 """
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from ._misc import column_norms
@@ -37,10 +39,13 @@ def equilibrate(
 
 def output_row_scale(outputs: Float[Array, " n"], n_outputs: int) -> Float[Array, " n"]:
     """Row scales for a time-major sensitivity matrix: the RMS value of each output over
-    the times (the block's own size where an output is identically zero), repeated over
-    the rows of that output. Changing the units of an output then changes no decision."""
-    Y = outputs.reshape(-1, n_outputs)
-    rms = jnp.sqrt(jnp.mean(Y**2, axis=0))
-    tiny = jnp.finfo(Y.dtype).tiny
-    rms = jnp.where(rms > tiny, rms, 1.0)
-    return jnp.tile(rms, Y.shape[0])
+    the times (the block's own size where an output is identically zero, or not
+    finite), repeated over the rows of that output. Changing the units of an output then
+    changes no decision. Computed with NumPy for concrete outputs (no compilation on a
+    first call), with JAX under a trace."""
+    xp = jnp if isinstance(outputs, jax.core.Tracer) else np
+    Y = xp.reshape(xp.asarray(outputs), (-1, n_outputs))
+    rms = xp.sqrt(xp.mean(Y**2, axis=0))
+    tiny = np.finfo(Y.dtype).tiny
+    rms = xp.where(xp.isfinite(rms) & (rms > tiny), rms, 1.0)
+    return jnp.asarray(xp.tile(rms, Y.shape[0]))

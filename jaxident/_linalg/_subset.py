@@ -199,7 +199,8 @@ def select_columns(
     if decide is None:
         decide = not given
     if row_scale is not None:
-        row_scale = jnp.where(jnp.isfinite(row_scale), row_scale, 1.0)
+        xp = jnp if isinstance(row_scale, jax.core.Tracer) else np
+        row_scale = jnp.asarray(xp.where(xp.isfinite(row_scale), row_scale, 1.0))
     if units is not None:
         units = jnp.asarray(
             units, dtype=S.dtype if jnp.issubdtype(S.dtype, jnp.floating) else float

@@ -170,3 +170,30 @@ def test_dependence_is_an_equinox_module_with_batch_fields():
     S = jnp.asarray(_planted(np.random.default_rng(7)))
     dep = eqx.filter_jit(L.dependence)(S, ji.RelativeTolerance(1e-9))
     assert isinstance(dep, eqx.Module) and dep.R.shape == (7, 7)
+
+
+def test_output_row_scale_on_the_host_equals_the_compiled_one():
+    """The rows' scales of a time-major sensitivity matrix (each output's RMS value over
+    the times, repeated), computed with NumPy for concrete outputs and with JAX under
+    `jit` and `vmap`: against a loop in NumPy, with 1 where an output is zero, NaN or
+    infinite, and the same decision after an output's units change."""
+    rng = np.random.default_rng(5)
+    Y = rng.standard_normal((6, 3)) * [1e-3, 1.0, 1e4]  # 6 times, 3 outputs, time-major
+    Y[:, 1] = 0.0
+    flat = Y.reshape(-1)
+    ref = np.array([np.sqrt(np.mean(Y[:, 0] ** 2)), 1.0, np.sqrt(np.mean(Y[:, 2] ** 2))])
+    host = L.output_row_scale(jnp.asarray(flat), 3)
+    assert isinstance(host, jax.Array)
+    np.testing.assert_allclose(host, np.tile(ref, 6), rtol=1e-15)
+    np.testing.assert_allclose(jax.jit(L.output_row_scale, static_argnums=1)(flat, 3), host,
+                               rtol=1e-15)  # fmt: skip
+    batch = jax.vmap(L.output_row_scale, in_axes=(0, None))(jnp.stack([flat, 2 * flat]), 3)
+    twice = np.tile(ref * [2.0, 1.0, 2.0], 6)  # the zero output keeps its 1
+    np.testing.assert_allclose(batch, np.stack([host, twice]), rtol=1e-15)
+    for bad in (np.nan, np.inf):
+        Z = Y.copy()
+        Z[2, 0] = bad
+        Z = jnp.asarray(Z.reshape(-1))
+        for scale in (L.output_row_scale(Z, 3),
+                      jax.jit(L.output_row_scale, static_argnums=1)(Z, 3)):  # fmt: skip
+            np.testing.assert_allclose(scale, np.tile([1.0, 1.0, ref[2]], 6), rtol=1e-15)

@@ -109,6 +109,8 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     for optimize in (True, False):
         np.testing.assert_allclose(_exported._Entry(exported, skeleton, optimize)([x]),
                                    kernel(x, 2.0), rtol=1e-15)  # fmt: skip
+        np.testing.assert_allclose(_exported.call(kernel, x, 2.0, optimize=optimize),
+                                   kernel(x, 2.0), rtol=1e-15)  # fmt: skip
     # the options reach the compiler: an unknown one fails the compile, of a kept kernel
     # (either kind) and of a sweep's chunk
     unknown = {"xla_no_such_option": False}
@@ -125,7 +127,13 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
             _exported._Entry(exported, skeleton, optimize)([x])
     with pytest.raises(Exception, match="xla_no_such_option"):
         ji.sweep(lambda th: jnp.sin(th) * 3.0, jnp.ones((4, 2)), progress=False)
-    assert seen == [True, False, True]  # a sweep is optimized fully
+    # ... and of a kernel called where nothing is kept (no cache folder, as in this
+    # suite: with XLA's defaults the SVIR selection took 8.3 s instead of 2.7 s)
+    assert _exported._folder() is None
+    for optimize in (True, False):
+        with pytest.raises(Exception, match="xla_no_such_option"):
+            _exported.call(kernel, x, 2.0, optimize=optimize)
+    assert seen == [True, False, True, True, False]  # a sweep is optimized fully
     monkeypatch.undo()
     # ... so only options this XLA knows are used
     caches = (_config._cpu_options, _config._quick_options)
@@ -350,7 +358,8 @@ def test_the_key_reads_the_source_of_every_layer():
 
 
 def test_without_a_cache_folder_there_is_nothing_to_keep():
-    # the suite runs with JAXIDENT_CACHE=0 (see conftest.py): kernels are called as they are
+    # the suite runs with JAXIDENT_CACHE=0 (see conftest.py): kernels are compiled with
+    # the same options (`_with_options`), kept in this process only
     assert os.environ.get("JAXIDENT_CACHE") == "0" and _exported._folder() is None
 
 
