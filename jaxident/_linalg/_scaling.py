@@ -8,11 +8,11 @@ their 2-norms (`C`). Both scalings are undone exactly by any change of units, so
 decision is unit-free; the column scales are recorded in the results.
 """
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._runtime._context import array_module
 from ._misc import column_norms
 
 
@@ -43,7 +43,7 @@ def output_row_scale(outputs: Float[Array, " n"], n_outputs: int) -> Float[Array
     finite), repeated over the rows of that output. Changing the units of an output then
     changes no decision. Computed with NumPy for concrete outputs (no compilation on a
     first call), with JAX under a trace."""
-    xp = jnp if isinstance(outputs, jax.core.Tracer) else np
+    xp = array_module(outputs)
     Y = xp.reshape(xp.asarray(outputs), (-1, n_outputs))
     rms = xp.sqrt(xp.mean(Y**2, axis=0))
     tiny = np.finfo(Y.dtype).tiny

@@ -174,10 +174,10 @@ def select_columns(
     """The one column-selection driver: checks on the host, then the `_select` kernel.
 
     `S` is a matrix (already through `check_matrix`), `names` a sequence or `None`,
-    `row_scale` the per-row scale of the rank decision or `None`, `caller` the public
-    name for warnings, `units` those of the columns for the "no effect" decision,
-    `decide` whether to record `ji.linalg.dependence` (default: where `k` is not
-    given)."""
+    `row_scale` the per-row scale of the rank decision (positive and finite, as
+    `output_row_scale` gives) or `None`, `caller` the public name for warnings, `units`
+    those of the columns for the "no effect" decision, `decide` whether to record
+    `ji.linalg.dependence` (default: where `k` is not given)."""
     if throw is not False:
         raise_if_nonfinite(S)
     p = S.shape[1]
@@ -198,9 +198,6 @@ def select_columns(
     k = check_k(k, p)
     if decide is None:
         decide = not given
-    if row_scale is not None:
-        xp = jnp if isinstance(row_scale, jax.core.Tracer) else np
-        row_scale = jnp.asarray(xp.where(xp.isfinite(row_scale), row_scale, 1.0))
     if units is not None:
         units = jnp.asarray(
             units, dtype=S.dtype if jnp.issubdtype(S.dtype, jnp.floating) else float

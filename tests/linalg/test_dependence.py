@@ -176,7 +176,7 @@ def test_output_row_scale_on_the_host_equals_the_compiled_one():
     """The rows' scales of a time-major sensitivity matrix (each output's RMS value over
     the times, repeated), computed with NumPy for concrete outputs and with JAX under
     `jit` and `vmap`: against a loop in NumPy, with 1 where an output is zero, NaN or
-    infinite, and the same decision after an output's units change."""
+    infinite."""
     rng = np.random.default_rng(5)
     Y = rng.standard_normal((6, 3)) * [1e-3, 1.0, 1e4]  # 6 times, 3 outputs, time-major
     Y[:, 1] = 0.0
