@@ -16,9 +16,16 @@ pyPESTO rows are left out and say why.
 
 `--max-steps` sets jaxident's step cap per start (default 200, `ji.estimate`'s; fides
 stops at 1,000 iterations). pyPESTO's costs are reported in the starts' order.
+
+Both tools fit one start at a time and time each fit alone; every finished start is kept
+in a JSON file under `--keep` (default benchmarks/results/fit_runs/), so a run that is
+stopped (Fujita's 100 starts take hours on one core) goes on where it stopped when
+started again with the same arguments. The wall time reported is the sum of the starts'
+times.
 """
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import os
@@ -30,12 +37,12 @@ from bench_petab import run_peer
 
 
 PYPESTO_SCRIPT = r"""
-import json, logging, sys, time
+import json, logging, os, sys, time
 import numpy as np
 import petab.v1 as petab
 import pypesto, pypesto.engine, pypesto.optimize as optimize, pypesto.petab
 
-yaml_path, starts_file, names_file, folder = sys.argv[1:5]
+yaml_path, starts_file, names_file, folder, keep_file = sys.argv[1:6]
 logging.disable(logging.WARNING)
 problem = petab.Problem.from_yaml(yaml_path)
 t0 = time.perf_counter()
@@ -51,14 +58,25 @@ nominal = np.asarray(problem.get_x_nominal(scaled=True))
 full = np.tile(nominal, (starts.shape[0], 1))
 for j, n in enumerate(names):
     full[:, pp.x_names.index(n)] = starts[:, j]
-pp.set_x_guesses(full)
 optimizer = optimize.FidesOptimizer(verbose=logging.ERROR)
-t0 = time.perf_counter()
-res = optimize.minimize(pp, optimizer, n_starts=starts.shape[0], progress_bar=False,
-                        engine=pypesto.engine.SingleCoreEngine(), filename=None)
-wall = time.perf_counter() - t0
-# in the starts' order (pyPESTO sorts its results by cost; each keeps its start's id)
-fvals = [float(r.fval) for r in sorted(res.optimize_result.list, key=lambda r: int(r.id))]
+try:
+    kept = json.load(open(keep_file))
+except FileNotFoundError:
+    kept = {}
+for i in range(starts.shape[0]):  # one start a call, each timed and kept
+    if str(i) in kept:
+        continue
+    pp.set_x_guesses(full[i : i + 1])
+    t0 = time.perf_counter()
+    res = optimize.minimize(pp, optimizer, n_starts=1, progress_bar=False,
+                            engine=pypesto.engine.SingleCoreEngine(), filename=None)
+    fval = res.optimize_result.list[0].fval
+    kept[str(i)] = {"nll": float("nan") if fval is None else float(fval),
+                    "seconds": time.perf_counter() - t0}
+    json.dump(kept, open(keep_file + ".tmp", "w"))
+    os.replace(keep_file + ".tmp", keep_file)
+fvals = [kept[str(i)]["nll"] for i in range(starts.shape[0])]
+wall = sum(kept[str(i)]["seconds"] for i in range(starts.shape[0]))
 # the objective at the nominal values: tools may differ by a constant (AMICI leaves out
 # the log-transformation's Jacobian term of the PEtab likelihood)
 at_nominal = float(pp.objective(nominal[pp.x_free_indices]))
@@ -66,8 +84,23 @@ print(json.dumps({"build_s": build, "fits_s": wall, "nll": fvals, "nll_nominal":
 """
 
 
-def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200,
-                  optimizer=None):  # fmt: skip
+def kept_file(keep: pathlib.Path, tool: str, name: str, starts, steps: int) -> str:
+    """The file that keeps one tool's fits of one problem from these starts."""
+    digest = hashlib.sha256(starts.tobytes()).hexdigest()[:12]
+    tag = tool.replace(" ", "_").replace(".", "").replace("+", "_")
+    keep.mkdir(parents=True, exist_ok=True)
+    return str(keep / f"{name}-{tag}-{len(starts)}starts-{digest}-{steps}steps.json")
+
+
+def read_kept(path: str) -> dict:
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int, optimizer,
+                  keep: pathlib.Path, tool: str):  # fmt: skip
     import jax
     import numpy as np
 
@@ -80,27 +113,37 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int = 200,
     t0 = time.perf_counter()  # compiles the fit's kernels (one step is enough)
     ji.estimate(problem, starts=starts[:1], progress=False, max_steps=1, optimizer=optimizer)
     compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    fits = ji.estimate(problem, starts=starts, progress=False, max_steps=max_steps,
-                       optimizer=optimizer).fits  # fmt: skip
-    wall = time.perf_counter() - t0
-    nll = np.asarray(fits.nll)[np.argsort(np.asarray(fits.order))]  # in the starts' order
+    path = kept_file(keep, tool, problem.name, starts, max_steps)
+    kept = read_kept(path)
+    for i in range(n):  # one start a call, each timed and kept
+        if str(i) in kept:
+            continue
+        t0 = time.perf_counter()
+        fit = ji.estimate(problem, starts=starts[i : i + 1], progress=False,
+                          max_steps=max_steps, optimizer=optimizer).fits  # fmt: skip
+        kept[str(i)] = {"nll": float(fit.nll[0]), "steps": int(fit.steps[0]),
+                        "seconds": time.perf_counter() - t0}  # fmt: skip
+        pathlib.Path(path + ".tmp").write_text(json.dumps(kept))
+        os.replace(path + ".tmp", path)
+    rows = [kept[str(i)] for i in range(n)]
     out = {
         "nll_nominal": -float(ji.predict(problem).log_likelihood),
         "parameters": problem.parameters.p,
         "compile_s": compile_s,
-        "fits_s": wall,
-        "nll": [float(v) for v in nll],
-        "steps": int(np.asarray(fits.steps).sum()),
+        "fits_s": sum(r["seconds"] for r in rows),
+        "nll": [r["nll"] for r in rows],
+        "steps": sum(r["steps"] for r in rows),
+        "kept": path,
     }
     return problem, starts, out
 
 
-def pypesto_rows(yaml_path, problem, starts, python) -> dict:
+def pypesto_rows(yaml_path, problem, starts, python, keep: pathlib.Path) -> dict:
     if not python:
         return {"skipped": "give --pypesto-python (pip install amici swig petab pypesto fides)"}
-    out = run_peer(python, PYPESTO_SCRIPT, yaml_path, starts, problem)
-    return {"skipped": out} if isinstance(out, str) else out
+    path = kept_file(keep, "pypesto", problem.name, starts, 1000)
+    out = run_peer(python, PYPESTO_SCRIPT, yaml_path, starts, problem, extra=(path,))
+    return {"skipped": out} if isinstance(out, str) else {**out, "kept": path}
 
 
 def summary(rows: dict, best: float) -> None:
@@ -125,6 +168,10 @@ def main():
     ap.add_argument("--max-steps", type=int, default=200,
                     help="jaxident's step cap per start (fides stops at 1,000)")  # fmt: skip
     ap.add_argument("--cpu", type=int, default=0, help="the core both tools are pinned to")
+    ap.add_argument("--keep", type=pathlib.Path,
+                    default=pathlib.Path(__file__).parent / "results" / "fit_runs",
+                    help="a folder that keeps every finished start: the same command "
+                         "again goes on where a stopped run stopped")  # fmt: skip
     ap.add_argument("--optimizers", nargs="+", default=["lm", "fides"],
                     choices=["lm", "fides", "lm-h", "fides-h"],
                     help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
@@ -153,9 +200,11 @@ def main():
             optimizer = ji.Fides(hierarchical=hier) if fides else ji.FisherLM(hierarchical=hier)
             steps = 1000 if fides else args.max_steps
             problem, starts, rows[tool] = jaxident_rows(
-                yaml_path, args.starts, args.seed, steps, optimizer
+                yaml_path, args.starts, args.seed, steps, optimizer, args.keep, tool
             )
-        peer = rows["pypesto"] = pypesto_rows(yaml_path, problem, starts, args.pypesto_python)
+        peer = rows["pypesto"] = pypesto_rows(
+            yaml_path, problem, starts, args.pypesto_python, args.keep
+        )
         nominal = next(r["nll_nominal"] for r in rows.values() if "nll_nominal" in r)
         if "nll" in peer:  # on jaxident's scale (PEtab's likelihood, constants included)
             shift = nominal - peer["nll_nominal"]

@@ -611,9 +611,10 @@ def _fit_flags(parser, when: str) -> None:
     parser.add_argument(
         "--hierarchical",
         action="store_true",
-        help="solve the observable scalings and noise scales (parameters that multiply whole "
-        "observables or noise levels and enter nothing else) in closed form at every step; "
-        "the optimizer steps in the other parameters",
+        help="solve the observable scalings, offsets and noise scales (parameters that "
+        "multiply whole observables or noise levels, or are added to whole linear observables, "
+        "and enter nothing else) in closed form at every step; the optimizer steps in the "
+        "other parameters",
     )
 
 

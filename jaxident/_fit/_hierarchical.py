@@ -1,24 +1,30 @@
 """Hierarchical optimization (Loos et al. 2018, Schmiester et al. 2020, as pyPESTO runs
-it): the parameters of a problem that scale whole observables (`y = s h`) or whole noise
-levels (`sigma = p c`), entering nothing else, are solved in closed form for the rest of
-the parameters, so the optimizer steps in the dynamic parameters alone.
+it): the parameters of a problem that scale whole observables (`y = s h`), shift them
+(`y = h + b`, or `y = s h + b` with a scaling), or scale whole noise levels
+(`sigma = p c`), entering nothing else, are solved in closed form for the rest of the
+parameters, so the optimizer steps in the dynamic parameters alone.
 
-One solve with every such parameter at 1 gives `h` and `c` (and their derivatives);
-then, over the data `d` each parameter covers:
+One solve with every such parameter at 1 gives `h` (less 1 where an offset is solved)
+and `c` (and their derivatives); then, over the data `d` each parameter covers:
 
 - a scaling `s` of linear observables, with weights `w = 1 / c^2`: `-log L` is quadratic
   in `s`, minimal at `s* = sum w h d / sum w h^2`; of log or log10 observables
   (`T(s h) = T(s) + T(h)`): `T(s*) = sum w (T(d) - T(h)) / sum w`;
-- a noise scale `p`, from the residuals at `s*` on the transformed scale over `c`,
+- an offset `b` of linear observables: `b* = sum w (d - h) / sum w`; with its outputs'
+  scaling, `(s, b)` minimise a quadratic in two unknowns on their box, solved exactly
+  (the interior optimum, each edge's, the corners; the cost is convex);
+- a noise scale `p`, from the residuals at `s*`, `b*` on the transformed scale over `c`,
   `u`: `p* = sqrt(mean u^2)` (normal noise) or `mean |u|` (Laplace);
 
-each clipped to the parameter's bounds (the cost is convex in `s`, or `T(s)`, and
-unimodal in `p`). A scaling's weights must share one noise scale (`p` cancels from `s*`),
-so a noise scale that meets a scaling's data beside another is left to the optimizer.
-The outputs and the Jacobian at the optimum follow from the one solve (`y = s* h`,
-`sigma = p* c`). The gradient in the other parameters is the partial one there (the
-envelope theorem), their Fisher information the Schur complement of the full one over
-the solved parameters that lie inside their bounds."""
+each clipped to the parameter's bounds (the cost is convex in `s`, `T(s)` and `b`, and
+unimodal in `p`). A scaling's or offset's weights must share one noise scale (`p`
+cancels from `s*`, `b*`), so a noise scale that meets their data beside another is left
+to the optimizer; so is a scaling of an output whose offset is not solved with it (or
+that shares its offset with another scaling). The outputs and the Jacobian at the
+optimum follow from the one solve (`y = s* h + b*`, `sigma = p* c`). The gradient in the
+other parameters is the partial one there (the envelope theorem), their Fisher
+information the Schur complement of the full one over the solved parameters that lie
+inside their bounds."""
 
 from typing import NamedTuple
 
@@ -32,103 +38,158 @@ from .._problem._predict import likelihood, PLAIN_ADJOINT, solved_outputs
 from .._problem._scale import Scale
 
 
+OFFSET = "offset"  # the `transform` of an offset in `Scalings`
+
+
 class Scalings(NamedTuple):
     """A problem's parameters solved in closed form: `index`, their positions among the
-    problem's parameters; `mask[g][e][o]`, whether parameter `g` multiplies output `o`
-    in experiment `e` (`o < m`: an observable, a scaling; `o >= m`: the noise level of
-    observable `o - m`, a noise scale); `transform`, the transformation of a scaling's
-    observables (`""` for a noise scale); tuples, so that a compiled fit is keyed on
-    them."""
+    problem's parameters; `mask[g][e][o]`, whether parameter `g` multiplies (or, an
+    offset, is added to) output `o` in experiment `e` (`o < m`: an observable, a
+    scaling or an offset; `o >= m`: the noise level of observable `o - m`, a noise
+    scale); `transform`, the transformation of a scaling's observables (`""` for a
+    noise scale, `OFFSET` for an offset); `partner`, the position in `index` of the
+    offset solved with a scaling and of the scaling solved with an offset (else -1);
+    tuples, so that a compiled fit is keyed on them."""
 
     index: tuple[int, ...]
     mask: tuple[tuple[tuple[bool, ...], ...], ...]
     transform: tuple[str, ...]
+    partner: tuple[int, ...]
+
+
+def _per_output(names, n: int):
+    return tuple(names) if names is not None else (None,) * n
 
 
 def _candidates(problem: Problem):
-    """`(j, mask (e, outputs), is scaling)` for each parameter that maps only to model
-    parameters that `model.output_scalings()` names for one kind of output (or that no
-    formula uses), and multiplies at least one measured datum."""
+    """`(j, mask (e, outputs), kind)` for each parameter that maps only to model
+    parameters that `model.output_scalings()` or `output_offsets()` names for one kind
+    of output (or that no formula uses), and meets at least one measured datum
+    (`kind`: "scaling", "noise" or "offset"); and `(e, m)`, the problem parameter that
+    each observable's offset maps to there (-1: a number; -2: it has none)."""
     model: AbstractModel = problem.model
-    per_output = model.output_scalings()
-    if per_output is None or not any(per_output):
-        return []
+    m = problem.n_observables
+    source = np.asarray(problem.source)  # (e, model parameters): problem index or -1
+    offset_of = np.full((source.shape[0], m), -2)
+    scaled, added = model.output_scalings(), model.output_offsets()
+    if not any(scaled or ()) and not any(added or ()):
+        return [], offset_of
+    n_out = len(scaled if scaled is not None else added)
+    scaled, added = _per_output(scaled, n_out), _per_output(added, n_out)
     names = model.parameters.names
+    for o in range(m):
+        if added[o] is not None:
+            offset_of[:, o] = source[:, names.index(added[o])]
     dep = model.parameter_dependence()
     used = set() if dep is None else set(dep.dynamics).union(*dep.outputs)
-    m = problem.n_observables
     noise_out = np.asarray(problem.noise_outputs, bool)
-    source = np.asarray(problem.source)  # (e, model parameters): problem index or -1
     sources = [source] + ([np.asarray(problem.pre_source)] if problem.pre_source else [])
     observed = np.asarray(problem.observed).any(axis=1)  # (e, m)
     seen = np.concatenate([observed, observed & noise_out], axis=1)
     out = []
     for j in range(problem.parameters.p):
-        mask = np.zeros((observed.shape[0], len(per_output)), bool)
+        mask = np.zeros((observed.shape[0], n_out), bool)
+        shift = np.zeros_like(mask)
         ok = True
         for src in sources:
             for e, k in zip(*np.nonzero(src == j)):
-                outs = [o for o in range(len(per_output)) if per_output[o] == names[k]]
-                if src is source and outs:
+                outs = [o for o in range(n_out) if scaled[o] == names[k]]
+                plus = [o for o in range(n_out) if added[o] == names[k]]
+                if src is source and (outs or plus):
                     mask[e, outs] = True
-                elif names[k] in used and not outs:
+                    shift[e, plus] = True
+                elif names[k] in used and not (outs or plus):
                     ok = False  # j enters the model elsewhere
-        kinds = {o < m for o in np.nonzero(mask.any(axis=0))[0]}
-        if ok and len(kinds) == 1 and (mask & seen[:, : mask.shape[1]]).any():
-            out.append((j, mask, kinds.pop()))
-    return out
+        kinds = {"scaling" if o < m else "noise" for o in np.nonzero(mask.any(axis=0))[0]}
+        kinds |= {"offset" if o < m else "" for o in np.nonzero(shift.any(axis=0))[0]}
+        both = mask | shift
+        if ok and len(kinds) == 1 and "" not in kinds and (both & seen[:, :n_out]).any():
+            out.append((j, both, kinds.pop()))
+    return out, offset_of
+
+
+def _solvable(problem: Problem, cols, kind: str) -> str | None:
+    """The `transform` of a candidate solved in closed form, or `None`."""
+    m = problem.n_observables
+    if kind == "noise":
+        return "" if len({problem.distributions[o - m] for o in cols}) == 1 else None
+    transforms = {problem.transforms[o] for o in cols}
+    if {problem.distributions[o] for o in cols} != {Noise.normal} or len(transforms) != 1:
+        return None
+    if kind == "offset":
+        return OFFSET if transforms == {Scale.lin} else None
+    return Scale(transforms.pop()).value
+
+
+def _paired(found: dict, offset_of, m: int) -> dict:
+    """The scaling solved with each offset, the scalings of outputs with an offset that
+    cannot be solved with them removed from `found` (in place): a scaling's outputs
+    must have no offset or one, solved, of no other scaling."""
+    while True:
+        partner = {}
+        for j, (mask, t) in found.items():
+            if t not in ("", OFFSET):
+                owners = set(offset_of[mask[:, :m]].tolist()) - {-2}
+                if owners:
+                    partner[j] = owners.pop() if len(owners) == 1 else -1
+        shared = [b for b in partner.values() if list(partner.values()).count(b) > 1]
+        drop = [j for j, b in partner.items() if b not in found or b in shared]
+        if not drop:
+            return {**partner, **{b: j for j, b in partner.items()}}
+        for j in drop:
+            del found[j]
 
 
 def scalings(problem: Problem) -> Scalings | None:
     """The problem's parameters that a hierarchical fit solves for (`None` where there
     are none): scalings whose observables share one transformation and have normal
-    noise, each over data of one noise scale at most; and noise scales of one
-    distribution, not beside another noise scale in a scaling's data."""
+    noise, with their outputs' offset solved with them where they have one; offsets of
+    linear observables with normal noise; each over data of one noise scale at most;
+    and noise scales of one distribution, not beside another noise scale in a scaling's
+    or offset's data."""
     m = problem.n_observables
-    found = []
-    for j, mask, is_scaling in _candidates(problem):
-        cols = np.nonzero(mask.any(axis=0))[0]
-        if is_scaling:
-            transforms = {problem.transforms[o] for o in cols}
-            noises = {problem.distributions[o] for o in cols}
-            if len(transforms) == 1 and noises == {Noise.normal}:
-                found.append((j, mask, Scale(transforms.pop()).value))
-        elif len({problem.distributions[o - m] for o in cols}) == 1:
-            found.append((j, mask, ""))
-    noise = [(j, mask) for j, mask, t in found if not t]
-    keep = []
-    for j, mask, t in found:
-        if not t:
-            # a noise scale beside another in some scaling's data is left to the optimizer
-            clash = any(
-                (s_mask[:, :m] & mask[:, m:]).any()
-                and any((s_mask[:, :m] & other[:, m:]).any() for i, other in noise if i != j)
-                for _, s_mask, st in found
-                if st
-            )
-            if clash:
-                continue
-        keep.append((j, mask, t))
+    candidates, offset_of = _candidates(problem)
+    found = {}
+    for j, mask, kind in candidates:
+        t = _solvable(problem, np.nonzero(mask.any(axis=0))[0], kind)
+        if t is not None:
+            found[j] = (mask, t)
+    partner = _paired(found, offset_of, m)
+    noise = {j: mask for j, (mask, t) in found.items() if not t}
+    data = [mask | found[partner[j]][0] if j in partner else mask
+            for j, (mask, t) in found.items() if t]  # fmt: skip
+    # a noise scale beside another in some scaling's or offset's data: to the optimizer
+    clash = {j for j, mask in noise.items()
+             if any((d[:, :m] & mask[:, m:]).any()
+                    and any((d[:, :m] & other[:, m:]).any() for i, other in noise.items() if i != j)
+                    for d in data)}  # fmt: skip
+    keep = [j for j in found if j not in clash]
     if not keep:
         return None
     width = m + (m if any(problem.noise_outputs) else 0)
     return Scalings(
-        tuple(j for j, _, _ in keep),
-        tuple(tuple(map(tuple, _padded(mask, width).tolist())) for _, mask, _ in keep),
-        tuple(t for _, _, t in keep),
+        tuple(keep),
+        tuple(tuple(map(tuple, _padded(found[j][0], width).tolist())) for j in keep),
+        tuple(found[j][1] for j in keep),
+        tuple(keep.index(partner[j]) if j in partner else -1 for j in keep),
     )
 
 
 def only(inner: Scalings, free) -> Scalings | None:
     """`inner` without the parameters that `free` (a mask) holds; where it holds a noise
     scale, without any noise scale (a scaling's weights then hold the held one's value
-    beside a solved one's 1)."""
+    beside a solved one's 1); where it holds an offset, without its scaling (no longer
+    a factor of its outputs less a solved offset)."""
     held_noise = any(not free[j] and not t for j, t in zip(inner.index, inner.transform))
-    keep = [g for g, (j, t) in enumerate(zip(inner.index, inner.transform))
-            if free[j] and (t or not held_noise)]  # fmt: skip
+    keep = [g for g, (j, t, b) in enumerate(zip(inner.index, inner.transform, inner.partner))
+            if free[j] and (t or not held_noise)
+            and (t == OFFSET or b < 0 or free[inner.index[b]])]  # fmt: skip
     if not keep:
         return None
-    return Scalings(*(tuple(part[g] for g in keep) for part in inner))
+    return Scalings(
+        *(tuple(part[g] for g in keep) for part in inner[:3]),
+        tuple(keep.index(inner.partner[g]) if inner.partner[g] in keep else -1 for g in keep),
+    )
 
 
 def _padded(mask, width):
@@ -143,20 +204,45 @@ def _at_one(problem: Problem, inner: Scalings, theta):
     return theta.at[jnp.asarray(inner.index)].set(one.astype(theta.dtype))
 
 
-def _factor(inner: Scalings, values, shape, rows):
-    """`(e, len(rows))`: each output's factor, the solved value of the parameter that
-    multiplies it there, else 1."""
-    factor = jnp.ones(shape, values.dtype)
-    for g in range(len(inner.index)):
-        factor = jnp.where(jnp.asarray(inner.mask[g])[:, rows], values[g], factor)
-    return factor
+def _factor(inner: Scalings, values, shape, rows, offsets: bool = False):
+    """`(e, len(rows))`: each output's factor, the solved value of the scaling or noise
+    scale that multiplies it there, else 1; with `offsets`, each output's solved
+    offset, else 0."""
+    out = jnp.full(shape, 0.0 if offsets else 1.0, values.dtype)
+    for g, t in enumerate(inner.transform):
+        if (t == OFFSET) == offsets:
+            out = jnp.where(jnp.asarray(inner.mask[g])[:, rows], values[g], out)
+    return out
+
+
+def _box_quadratic(Q, r, lower, upper):
+    """The minimiser of `z Q z / 2 - r z` over the box `lower <= z <= upper` in two
+    unknowns (`Q` positive semidefinite): the best of the interior optimum (where `Q` is
+    regular and it lies in the box), each edge's (the other unknown at a bound) and the
+    corners."""
+    cost = lambda z: 0.5 * z @ Q @ z - r @ z  # noqa: E731
+    det = Q[0, 0] * Q[1, 1] - Q[0, 1] ** 2
+    regular = det > 1e-12 * Q[0, 0] * Q[1, 1]
+    inner = jnp.stack([Q[1, 1] * r[0] - Q[0, 1] * r[1], Q[0, 0] * r[1] - Q[0, 1] * r[0]])
+    points = [jnp.where(regular, inner / jnp.where(regular, det, 1.0), lower)]
+    for i in (0, 1):  # unknown i at a bound, the other at its best there
+        k = 1 - i
+        for at in (lower[i], upper[i]):
+            best = (r[k] - Q[k, i] * at) / jnp.where(Q[k, k] > 0, Q[k, k], 1.0)
+            best = jnp.where(Q[k, k] > 0, jnp.clip(best, lower[k], upper[k]), lower[k])
+            points += [jnp.stack([at, best] if i == 0 else [best, at])]
+    points += [jnp.stack([a, b]) for a in (lower[0], upper[0]) for b in (lower[1], upper[1])]
+    points = jnp.stack(points)
+    feasible = jnp.all((points >= lower) & (points <= upper), axis=1)
+    costs = jnp.where(feasible, jnp.stack([cost(z) for z in points]), jnp.inf)
+    return points[jnp.argmin(jnp.where(jnp.isnan(costs), jnp.inf, costs))]
 
 
 def optimal(problem: Problem, inner: Scalings, h, c):
     """The solved parameters' values on the linear scale, `(g,)`, from the observables
-    `h` and noise levels `c` at 1, clipped to the bounds; and which lie strictly inside
-    them. The scalings first (their weights `1 / c^2`), then the noise scales from the
-    residuals at the scalings' optimum."""
+    `h` (the scalings at 1, the offsets at 0) and noise levels `c` at 1, clipped to the
+    bounds; and which lie strictly inside them. The scalings and offsets first (their
+    weights `1 / c^2`), then the noise scales from the residuals at their optimum."""
     m = problem.n_observables
     observed = problem.observed & ~jnp.isnan(problem.data)
     data = jnp.where(observed, problem.data, 1.0)
@@ -165,21 +251,38 @@ def optimal(problem: Problem, inner: Scalings, h, c):
     upper = unscale(problem.parameters.upper, problem.scales)
     values = jnp.ones(len(inner.index), h.dtype)
     informed = jnp.ones(len(inner.index), bool)
-    for g, (j, mask, transform) in enumerate(zip(inner.index, inner.mask, inner.transform)):
-        if not transform:
-            continue
-        wg = jnp.where(jnp.asarray(mask)[:, None, :m], w, 0.0)
-        if transform == Scale.lin.value:
+    on = [jnp.asarray(mask)[:, None, :m] for mask in inner.mask]
+    for g, (j, transform, b) in enumerate(zip(inner.index, inner.transform, inner.partner)):
+        if not transform or (transform == OFFSET and b >= 0):
+            continue  # a noise scale (below), or an offset solved with its scaling
+        wg = jnp.where(on[g], w, 0.0)
+        if transform == OFFSET:
+            num, den = jnp.sum(wg * (data - h)), jnp.sum(wg)
+            v = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
+        elif transform == Scale.lin.value and b >= 0:  # (s, b) together on their box
+            wp = jnp.where(on[g] | on[b], w, 0.0)
+            a = jnp.stack([jnp.where(on[g], h, 0.0), jnp.where(on[b], jnp.ones_like(h), 0.0)])
+            Q = jnp.einsum("i...,j...->ij", a * wp, a)
+            r = jnp.einsum("i...,...->i", a * wp, data - jnp.where(on[g], 0.0, h))
+            jb = inner.index[b]
+            box = jnp.asarray([[lower[j], lower[jb]], [upper[j], upper[jb]]])
+            z = _box_quadratic(Q, r, box[0], box[1])
+            values = values.at[b].set(jnp.where(Q[1, 1] > 0, z[1], jnp.clip(0.0, *box[:, 1])))
+            informed = informed.at[b].set(Q[1, 1] > 0)
+            v, den = jnp.where(Q[0, 0] > 0, z[0], 1.0), Q[0, 0]
+        elif transform == Scale.lin.value:
             num, den = jnp.sum(wg * h * data), jnp.sum(wg * h * h)
-            s = num / jnp.where(den > 0, den, 1.0)
+            v = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)
         else:
             T = Scale(transform)
             hh = jnp.where(wg > 0, h, 1.0)
             num, den = jnp.sum(wg * (T.forward(data, jnp) - T.forward(hh, jnp))), jnp.sum(wg)
-            s = T.inverse(num / jnp.where(den > 0, den, 1.0), jnp)
-        values = values.at[g].set(jnp.clip(jnp.where(den > 0, s, 1.0), lower[j], upper[j]))
+            v = jnp.where(den > 0, T.inverse(num / jnp.where(den > 0, den, 1.0), jnp), 1.0)
+        values = values.at[g].set(jnp.clip(v, lower[j], upper[j]))
         informed = informed.at[g].set(den > 0)
-    pred = h * _factor(inner, values, h.shape[0::2], slice(0, m))[:, None, :]
+    shape = h.shape[0::2]
+    pred = h * _factor(inner, values, shape, slice(0, m))[:, None, :]
+    pred = pred + _factor(inner, values, shape, slice(0, m), offsets=True)[:, None, :]
     T = problem.transforms
     delta = jnp.stack([T[o].forward(pred[..., o], jnp) - T[o].forward(data[..., o], jnp)
                        for o in range(m)], axis=-1)  # fmt: skip
@@ -204,24 +307,27 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
     at_one = _at_one(problem, inner, theta)
     y, Y, ok, steps = solved_outputs(problem, at_one, integrator, jacobian, PLAIN_ADJOINT)
     m = problem.n_observables
-    h = y[..., :m]
+    rows = y.shape[-1]
+    ones = jnp.ones(len(inner.index), y.dtype)
+    y = y - _factor(inner, ones, (y.shape[0], rows), slice(0, rows), offsets=True)[:, None, :]
     c = problem.sigma
     if any(problem.noise_outputs):
         c = jnp.where(jnp.asarray(problem.noise_outputs), y[..., m : 2 * m], c)
-    values, inside = optimal(problem, inner, h, c)
-    rows = y.shape[-1]
+    values, inside = optimal(problem, inner, y[..., :m], c)
     scale = _factor(inner, values, (y.shape[0], rows), slice(0, rows))[:, None, :]
+    shift = _factor(inner, values, (y.shape[0], rows), slice(0, rows), offsets=True)[:, None, :]
     fitted = theta.at[jnp.asarray(inner.index)].set(
         jnp.stack([Scale(problem.scales[j]).forward(v, jnp) for j, v in zip(inner.index, values)])
     )
     if jacobian:
-        # d(v u)/dtheta = v du/dtheta for the others; for the solved v, u dv/dtheta_v
+        # d(v u + b)/dtheta = v du/dtheta for the others; for a solved scaling v,
+        # u dv/dtheta_v; for a solved offset b, db/dtheta_b
         Y = Y * scale[..., None]
-        for g, j in enumerate(inner.index):
+        for g, (j, t) in enumerate(zip(inner.index, inner.transform)):
             dlin = Scale(problem.scales[j]).inverse_derivative(fitted[j], jnp)
-            col = jnp.where(jnp.asarray(inner.mask[g])[:, None, :rows], y * dlin, 0.0)
-            Y = Y.at[..., j].set(col)
-    out = likelihood(problem, y * scale, Y, ok, steps, jacobian)
+            col = jnp.broadcast_to(dlin, y.shape) if t == OFFSET else y * dlin
+            Y = Y.at[..., j].set(jnp.where(jnp.asarray(inner.mask[g])[:, None, :rows], col, 0.0))
+    out = likelihood(problem, y * scale + shift, Y, ok, steps, jacobian)
     return out, fitted, inside
 
 

@@ -45,7 +45,8 @@ class AbstractOptimizer(eqx.Module):
             raise ValueError(
                 f"hierarchical=True: {problem.name or 'the problem'} has no scalings to "
                 "solve for (an estimated parameter that multiplies whole observables with "
-                "normal noise, or whole noise levels, and enters nothing else)."
+                "normal noise, is added to whole linear ones, or multiplies whole noise "
+                "levels, and enters nothing else)."
             )
         return found
 
@@ -66,10 +67,11 @@ class FisherLM(AbstractOptimizer):
     `batch=` fits starts side by side. `rtol`: the relative decrease of the cost over
     two steps below which it stops.
 
-    `hierarchical=True` (either optimizer): the observable scalings and noise scales
-    (parameters that multiply whole observables with normal noise, or whole noise
-    levels, and enter nothing else: found in SBML formulas, declared by a hand-written
-    model's `output_scalings()`) are solved in closed form at every evaluation (Loos et
+    `hierarchical=True` (either optimizer): the observable scalings, offsets and noise
+    scales (parameters that multiply whole observables with normal noise, are added to
+    whole linear ones, or multiply whole noise levels, and enter nothing else: found in
+    SBML formulas, declared by a hand-written model's `output_scalings()` and
+    `output_offsets()`) are solved in closed form at every evaluation (Loos et
     al. 2018, as pyPESTO's hierarchical optimization), so the optimizer steps in the
     other parameters alone; the estimate reports every parameter
     (`_fit/_hierarchical.py`)."""

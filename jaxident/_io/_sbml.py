@@ -217,10 +217,18 @@ class SBMLModel(ODEModel):
         return x
 
     def output_scalings(self) -> tuple[str | None, ...]:
-        """Per output, the parameter that is a factor of the whole formula and appears
-        nowhere else (rates, rules, initial values, events, switches, other outputs but
-        as such a factor), or `None`; an output with two such factors has none (they
-        scale it together)."""
+        """Per output, the parameter that is a factor of the whole formula but its
+        offset (`y = s h + b`), appearing nowhere else (rates, rules, initial values,
+        events, switches, other outputs but as such a factor), or `None`; an output with
+        two such factors has none (they scale it together)."""
+        return self._output_terms()[0]
+
+    def output_offsets(self) -> tuple[str | None, ...]:
+        """Per output, the parameter added to the whole formula (`y = s h + b`, `b` with
+        coefficient 1), appearing nowhere else but as such a term, or `None`."""
+        return self._output_terms()[1]
+
+    def _output_terms(self) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         elsewhere = set()
         for e in (*self.rates, *(v for _, v in self.initial), *(v for _, v in self.rules),
                   *self.switches):  # fmt: skip
@@ -228,14 +236,21 @@ class SBMLModel(ODEModel):
         for tau, assignments, _ in (*self.events, *self.triggered):
             elsewhere |= symbols_of(tau).union(*(symbols_of(v) for _, v in assignments))
         names = set(self.parameters.names) - elsewhere
-        factors = [{s for s in symbols_of(e) & names if _is_factor(e, s)} for e in self.observables]
-        while True:  # each output is its one factor's, and a factor scales only its outputs
-            owner = [next(iter(f & names)) if len(f & names) == 1 else None for f in factors]
+        exprs = self.observables
+        while True:  # each output is its terms' own, and a term is only that in its outputs
+            terms = [{b for b in symbols_of(e) & names if _is_offset(e, b)} for e in exprs]
+            offset = [next(iter(t)) if len(t) == 1 else None for t in terms]
+            rests = [e if b is None else e - _symbol(e, b) for e, b in zip(exprs, offset)]
+            factors = [{s for s in symbols_of(r) & names if _is_factor(r, s)} for r in rests]
+            scale = [next(iter(f)) if len(f) == 1 else None for f in factors]
             wrong = {
-                n for e, o in zip(self.observables, owner) for n in symbols_of(e) & names if n != o
+                n
+                for e, s, b in zip(exprs, scale, offset)
+                for n in symbols_of(e) & names
+                if n not in (s, b)
             }
             if not wrong:
-                return tuple(owner)
+                return tuple(scale), tuple(offset)
             names -= wrong
 
     def state_env(self, t, x, theta: ParameterValues) -> dict:
@@ -426,11 +441,21 @@ def _rolled(names, state_ids, rules, rates):
     return jax.jit(fn, inline=True)
 
 
+def _symbol(expr: sp.Expr, name: str) -> sp.Symbol:
+    """The symbol `name` of `expr` (with its assumptions)."""
+    return next(x for x in expr.free_symbols if x.name == name)
+
+
 def _is_factor(expr: sp.Expr, name: str) -> bool:
     """Whether `expr` is `name` times an expression free of it."""
-    s = next(x for x in expr.free_symbols if x.name == name)  # (with its assumptions)
+    s = _symbol(expr, name)
     rest = sp.diff(expr, s)
     return s not in rest.free_symbols and sp.expand(expr - s * rest) == 0
+
+
+def _is_offset(expr: sp.Expr, name: str) -> bool:
+    """Whether `expr` is `name` plus an expression free of it."""
+    return sp.expand(sp.diff(expr, _symbol(expr, name))) == 1
 
 
 def initial_value(state: str) -> str:

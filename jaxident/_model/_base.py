@@ -254,7 +254,16 @@ class AbstractModel(eqx.Module):
         output but as such a factor, nor a noise model; else `None` (the default:
         none). A hierarchical fit (`ji.FisherLM(hierarchical=True)`) solves for such
         scalings in closed form. A model read from SBML finds them in its formulas; a
-        hand-written one may declare them, from its formulas alone."""
+        hand-written one may declare them, from its formulas alone. With an offset
+        (`output_offsets`), `s` multiplies the output less its offset (`y = s h + b`)."""
+        return None
+
+    def output_offsets(self) -> tuple[str | None, ...] | None:
+        """Per output, the name of the parameter added to it with coefficient 1
+        (`y = s h + b`, `h` free of `b`) and entering nothing else, as for
+        `output_scalings`; else `None` (the default: none). A hierarchical fit solves
+        for such offsets of linear observables in closed form, with their output's
+        scaling where it has one."""
         return None
 
 

@@ -59,6 +59,9 @@ class AbstractTransformedModel(AbstractModel):
         parameters, the base's where it keeps them."""
         return None
 
+    def output_offsets(self):
+        return None
+
 
 class AbstractSameParameters(AbstractTransformedModel):
     """A transform that keeps the base's parameters and initial time."""
@@ -72,6 +75,9 @@ class AbstractSameParameters(AbstractTransformedModel):
 
     def output_scalings(self):
         return self.base.output_scalings()
+
+    def output_offsets(self):
+        return self.base.output_offsets()
 
     @property
     def t0(self):

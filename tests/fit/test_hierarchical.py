@@ -284,3 +284,161 @@ def test_profiles_with_a_hierarchical_optimizer():
         plain = ji.profile(problem, name, values, progress=False)
         np.testing.assert_allclose(np.asarray(hier.cost), np.asarray(plain.cost), rtol=1e-7)
         assert np.ptp(np.asarray(hier.cost)) > 1.0
+
+
+class ShiftedDecay(Decay):
+    """`y = s exp(-k t) + b`: a scaling and an offset of one linear output."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k", "s", "b"], [0.5, 1.0, 0.0], [0.05, 0.01, -1.0], [2.0, 100.0, 1.0]
+    )
+
+    def output(self, t, x, th):
+        return th.s * x[0] + th.b
+
+    def output_scalings(self):
+        return ("s",)
+
+    def output_offsets(self):
+        return ("b",)
+
+
+def _shifted_data():
+    rng = np.random.default_rng(7)
+    y = 3.0 * np.exp(-0.4 * T) + 0.3
+    return [y + SIGMA * rng.standard_normal(T.size) for _ in range(2)]
+
+
+def _shifted(box_s=(0.01, 100.0), box_b=(-1.0, 1.0)):
+    nominal = [0.5, np.mean(box_s), np.mean(box_b)]
+    params = ji.Parameters(["k", "s", "b"], nominal, [0.05, box_s[0], box_b[0]],
+                           [2.0, box_s[1], box_b[1]])  # fmt: skip
+    experiments = [ji.Experiment(T, d[:, None], SIGMA, name=f"e{i}")
+                   for i, d in enumerate(_shifted_data())]  # fmt: skip
+    return ji.Problem(ShiftedDecay(parameters=params), experiments)
+
+
+def _shifted_profile(k, box_s, box_b, with_scaling=True):
+    """The cost at `k` minimised over `(s, b)` (or `b` alone, `s` = 1): SciPy's bounded
+    linear least squares of the NumPy residuals, and its minimiser."""
+    d = np.concatenate(_shifted_data())
+    h = np.tile(np.exp(-k * T), 2)
+    if with_scaling:
+        A, rhs = np.stack([h, np.ones_like(h)], axis=1), d
+        bounds = ([box_s[0], box_b[0]], [box_s[1], box_b[1]])
+    else:
+        A, rhs, bounds = np.ones((h.size, 1)), d - h, ([box_b[0]], [box_b[1]])
+    fit = so.lsq_linear(A / SIGMA, rhs / SIGMA, bounds=bounds, tol=1e-15, method="bvls")
+    r = (A @ fit.x - rhs) / SIGMA
+    return 0.5 * r @ r + d.size * np.log(np.sqrt(2 * np.pi) * SIGMA), fit.x
+
+
+@pytest.mark.parametrize(
+    "box_s, box_b",
+    [((0.01, 100.0), (-1.0, 1.0)), ((0.01, 2.0), (-1.0, 1.0)), ((0.01, 100.0), (0.5, 1.0)),
+     ((4.0, 100.0), (0.6, 1.0))],
+    ids=["inside", "s-at-bound", "b-at-bound", "corner"],
+)  # fmt: skip
+def test_a_scaling_and_its_offset_solved_together_against_scipy(box_s, box_b):
+    """`y = s h + b`: the hierarchical cost at `k` is the full cost minimised over the
+    box of `(s, b)` (SciPy's bounded linear least squares), inside it and with either
+    or both at a bound; the filled-in `(s, b)` its minimiser; the gradient in `k` the
+    profile's central difference."""
+    problem = _shifted(box_s, box_b)
+    inner = hierarchical.scalings(problem)
+    assert inner.index == (1, 2) and inner.transform == ("lin", hierarchical.OFFSET)
+    assert inner.partner == (1, 0)
+    integ = ji.Integrator(rtol=1e-11, atol=1e-13)
+    for k in (0.25, 0.4, 0.9):
+        theta = np.array([k, 1.0, 0.0])
+        want, x = _shifted_profile(k, box_s, box_b)
+        np.testing.assert_allclose(objective(problem, theta, integ, False, inner), want,
+                                   rtol=1e-10)  # fmt: skip
+        np.testing.assert_allclose(filled(problem, theta, integ, inner)[1:], x, rtol=1e-7,
+                                   atol=1e-9)  # fmt: skip
+        _, g, _ = objective(problem, theta, integ, True, inner)
+        h = 1e-5
+        fd = _shifted_profile(k + h, box_s, box_b)[0] - _shifted_profile(k - h, box_s, box_b)[0]
+        np.testing.assert_allclose(g[0], fd / (2 * h), rtol=1e-5)
+        np.testing.assert_array_equal(g[1:], 0.0)
+
+
+def test_an_offset_alone_when_its_scaling_is_held():
+    """Holding `s` leaves `b` solved alone (`b* = mean(d - s h)`, clipped); holding `b`
+    drops `s` too (no longer a factor of its output less a solved offset)."""
+    problem = _shifted()
+    inner = hierarchical.scalings(problem)
+    alone = hierarchical.only(inner, np.array([True, False, True]))
+    assert alone.index == (2,) and alone.partner == (-1,)
+    assert hierarchical.only(inner, np.array([True, True, False])) is None
+    integ = ji.Integrator(rtol=1e-11, atol=1e-13)
+    for k, box in ((0.4, (-1.0, 1.0)), (0.2, (-1.0, 1.0))):
+        theta = np.array([k, 1.0, 0.0])  # s held at 1
+        want, x = _shifted_profile(k, None, box, with_scaling=False)
+        np.testing.assert_allclose(objective(problem, theta, integ, False, alone), want,
+                                   rtol=1e-10)  # fmt: skip
+        np.testing.assert_allclose(filled(problem, theta, integ, alone)[2], x[0], rtol=1e-8)
+
+
+def test_the_box_quadratic_against_bounded_least_squares():
+    """`_box_quadratic` (two unknowns on a box) against SciPy's bounded least squares
+    of random problems, regular and singular, under `jit` and `vmap`."""
+    rng = np.random.default_rng(0)
+    As, rs, lows, ups = [], [], [], []
+    for i in range(40):
+        A = rng.standard_normal((6, 2))
+        if i % 5 == 0:
+            A[:, 1] = 2.0 * A[:, 0]  # singular
+        lo = rng.uniform(-2.0, 0.5, 2)
+        As.append(A), rs.append(rng.standard_normal(6) * 3), lows.append(lo)
+        ups.append(lo + rng.uniform(0.1, 3.0, 2))
+    run = jax.jit(jax.vmap(lambda A, r, lo, up: hierarchical._box_quadratic(A.T @ A, A.T @ r,
+                                                                            lo, up)))  # fmt: skip
+    got = np.asarray(run(*(jnp.asarray(np.stack(a)) for a in (As, rs, lows, ups))))
+    for A, r, lo, up, z in zip(As, rs, lows, ups, got):
+        ref = so.lsq_linear(A, r, bounds=(lo, up), tol=1e-15, method="bvls")
+        got_cost, want_cost = (0.5 * np.sum((A @ x - r) ** 2) for x in (z, ref.x))
+        assert np.all(z >= lo) and np.all(z <= up)
+        np.testing.assert_allclose(got_cost, want_cost, rtol=1e-10, atol=1e-12)
+
+
+def test_a_fit_with_an_offset_reaches_the_least_squares_optimum():
+    """Stepping in `k` alone, the LM ends at SciPy's least-squares optimum over
+    `(k, s, b)` and reports `s` and `b` too."""
+    problem = _shifted()
+    d = np.concatenate(_shifted_data())
+    ref = so.least_squares(lambda p: (p[1] * np.tile(np.exp(-p[0] * T), 2) + p[2] - d) / SIGMA,
+                           [0.5, 1.0, 0.0], xtol=1e-15, ftol=1e-15).x  # fmt: skip
+    fits = ji.estimate(problem, starts=np.array([[0.1, 1.0, 0.0], [1.8, 50.0, 0.9]]),
+                       optimizer=ji.FisherLM(hierarchical=True), progress=False).fits  # fmt: skip
+    assert fits.n_at_best == 2
+    np.testing.assert_allclose(np.asarray(fits.best), ref, rtol=1e-6)
+
+
+def test_offsets_found_in_sbml_formulas(tmp_path):
+    """PEtab observables `s X + b` on a linear scale: `s` and `b` solved together;
+    on a log10 scale neither (`b` does not enter linearly there, and `s` is no factor
+    of the output less a solved offset); `s (X + b)`: `s` alone (`b` is part of what it
+    scales)."""
+    head = "observableId\tobservableFormula\tobservableTransformation\tnoiseFormula\n"
+    pars = "s\tlog10\t0.1\t10\t1\t1\nb\tlin\t-1\t1\t0\t1\n"
+    meas = "observableId\tsimulationConditionId\tmeasurement\ttime\t"
+    meas += "observableParameters\n"
+    meas += "".join(f"obs_X\tc0\t{v}\t{t}\ts;b\n" for t, v in ((1.0, 0.9), (2.0, 0.5)))
+    formulas = {
+        "lin": ("observableParameter1_obs_X * X + observableParameter2_obs_X", "lin", "0.1"),
+        "log": ("observableParameter1_obs_X * X + observableParameter2_obs_X", "log10", "0.1"),
+        "inside": ("observableParameter1_obs_X * (X + observableParameter2_obs_X)", "lin", "0.1"),
+    }
+    found = {}
+    for key, (formula, transform, noise) in formulas.items():
+        obs = head + f"obs_X\t{formula}\t{transform}\t{noise}\n"
+        path = write_petab(tmp_path / key, observables=obs, measurements=meas,
+                           extra_parameters=pars)  # fmt: skip
+        problem = ji.petab.load(path)
+        inner = hierarchical.scalings(problem)
+        names = problem.parameters.names
+        found[key] = None if inner is None else dict(zip((names[j] for j in inner.index),
+                                                         inner.transform))  # fmt: skip
+    assert found["lin"] == {"s": "lin", "b": hierarchical.OFFSET}
+    assert found["log"] is None and found["inside"] == {"s": "lin"}
