@@ -202,10 +202,18 @@ def _value(x, const: bool = False):
         )
         return ("dataclass", _class(type(x)), fields)
     if type(x).__module__.split(".")[0] == "sympy":  # (so sympy is imported already)
-        return ("sympy", sys.modules["sympy"].srepr(x))
+        return ("sympy", _srepr(x))
     if _library(x) and hasattr(x, "__qualname__"):  # jnp.sin, a custom_jvp of a library
         return ("callable", x.__module__, x.__qualname__)
     raise _Unkeyable(type(x).__qualname__)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _srepr(expr) -> str:
+    """sympy's exact text of an expression, kept per expression: a large SBML model's
+    formulas are keyed at every call of a kernel (SalazarCavazos' 618 rate laws took
+    about 0.2 s a call), and sympy's expressions are immutable and hashable."""
+    return sys.modules["sympy"].srepr(expr)
 
 
 def array_devices(args) -> list:
