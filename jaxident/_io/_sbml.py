@@ -454,8 +454,10 @@ def _is_factor(expr: sp.Expr, name: str) -> bool:
 
 
 def _is_offset(expr: sp.Expr, name: str) -> bool:
-    """Whether `expr` is `name` plus an expression free of it."""
-    return sp.expand(sp.diff(expr, _symbol(expr, name))) == 1
+    """Whether `expr` is `name` plus a nonzero expression free of it (a formula that is
+    `name` alone is `name` times 1: a scaling)."""
+    b = _symbol(expr, name)
+    return sp.expand(expr - b) != 0 and sp.expand(sp.diff(expr, b)) == 1
 
 
 def initial_value(state: str) -> str:

@@ -159,16 +159,18 @@ def test_hierarchical_without_scalings_is_refused():
 def test_scalings_found_in_sbml_formulas(tmp_path):
     """Fujita's three `observableParameter1_*` multiply whole observables; Schwen's
     scalings multiply an observable with an offset inside (`s (IR1 + IR1in + o)`), on a
-    log10 scale; Boehm has none. A placeholder that the noise formula uses as well is no
-    scaling."""
+    log10 scale; Boehm has none, and with its noise parameters estimated, their three
+    noise scales. A placeholder that the noise formula uses as well is no scaling."""
     found = {}
-    for name in ("fujita", "schwen", "boehm"):
-        problem = ji.petab.load(ji.data.petab_problem(name))
+    for name, noise in (("fujita", False), ("schwen", False), ("boehm", False), ("boehm", True)):
+        problem = ji.petab.load(ji.data.petab_problem(name), estimate_noise=noise)
         inner = hierarchical.scalings(problem)
         names = problem.parameters.names
-        found[name] = None if inner is None else [names[j] for j in inner.index]
-    assert found["fujita"] == ["scaling_pAkt_tot", "scaling_pEGFR_tot", "scaling_pS6_tot"]
-    assert found["boehm"] is None and len(found["schwen"]) >= 1
+        found[name, noise] = None if inner is None else [names[j] for j in inner.index]
+    assert found["fujita", False] == ["scaling_pAkt_tot", "scaling_pEGFR_tot", "scaling_pS6_tot"]
+    assert found["boehm", False] is None and len(found["schwen", False]) >= 1
+    # a noise formula that is its parameter alone is a noise scale (not an offset of 0)
+    assert found["boehm", True] == ["sd_pSTAT5A_rel", "sd_pSTAT5B_rel", "sd_rSTAT5A_rel"]
     head = "observableId\tobservableFormula\tnoiseFormula\n"
     scaled = "obs_X\tobservableParameter1_obs_X * X\tnoiseParameter1_obs_X"
     pars = "s\tlog10\t0.1\t10\t1\t1\n"
