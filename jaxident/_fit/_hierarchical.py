@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._model._base import AbstractModel
+from .._model._checks import n_outputs
 from .._problem._base import Problem, unscale
 from .._problem._noise import Noise
 from .._problem._predict import likelihood, PLAIN_ADJOINT, solved_outputs
@@ -57,8 +58,25 @@ class Scalings(NamedTuple):
     partner: tuple[int, ...]
 
 
-def _per_output(names, n: int):
-    return tuple(names) if names is not None else (None,) * n
+def _declared(model: AbstractModel, method: str) -> tuple[str | None, ...]:
+    """The model's `output_scalings()` or `output_offsets()`, one entry per output,
+    checked: as many as the model has outputs, each a parameter's name or `None`."""
+    n = n_outputs(model)
+    found = getattr(model, method)()
+    if found is None:
+        return (None,) * n
+    names = model.parameters.names
+    if len(found) != n:
+        raise ValueError(
+            f"{type(model).__name__}.{method}() gives {len(found)} entries for {n} outputs."
+        )
+    unknown = [x for x in found if x is not None and x not in names]
+    if unknown:
+        raise ValueError(
+            f"{type(model).__name__}.{method}() names {unknown[0]!r}, not a parameter of "
+            f"the model ({', '.join(names)})."
+        )
+    return tuple(found)
 
 
 def _candidates(problem: Problem):
@@ -71,11 +89,10 @@ def _candidates(problem: Problem):
     m = problem.n_observables
     source = np.asarray(problem.source)  # (e, model parameters): problem index or -1
     offset_of = np.full((source.shape[0], m), -2)
-    scaled, added = model.output_scalings(), model.output_offsets()
-    if not any(scaled or ()) and not any(added or ()):
+    scaled, added = _declared(model, "output_scalings"), _declared(model, "output_offsets")
+    if not any(scaled) and not any(added):
         return [], offset_of
-    n_out = len(scaled if scaled is not None else added)
-    scaled, added = _per_output(scaled, n_out), _per_output(added, n_out)
+    n_out = len(scaled)
     names = model.parameters.names
     for o in range(m):
         if added[o] is not None:

@@ -444,3 +444,23 @@ def test_offsets_found_in_sbml_formulas(tmp_path):
                                                          inner.transform))  # fmt: skip
     assert found["lin"] == {"s": "lin", "b": hierarchical.OFFSET}
     assert found["log"] is None and found["inside"] == {"s": "lin"}
+
+
+def test_declared_scalings_and_offsets_are_checked():
+    """A hand-written model's `output_offsets()` (or `output_scalings()`) that names no
+    parameter of the model, or gives the wrong number of entries, is refused by name."""
+
+    class WrongName(ShiftedDecay):
+        def output_offsets(self):
+            return ("c",)
+
+    class WrongLength(ShiftedDecay):
+        def output_scalings(self):
+            return ("s", None)
+
+    experiments = [ji.Experiment(T, d[:, None], SIGMA) for d in _shifted_data()]
+    cases = ((WrongName(), r"output_offsets\(\) names 'c', not a parameter"),
+             (WrongLength(), r"output_scalings\(\) gives 2 entries for 1 outputs"))  # fmt: skip
+    for model, match in cases:
+        with pytest.raises(ValueError, match=match):
+            hierarchical.scalings(ji.Problem(model, experiments))
