@@ -119,7 +119,9 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int, optimizer,
         if str(i) in kept:
             continue
         t0 = time.perf_counter()
-        fit = ji.estimate(problem, starts=starts[i : i + 1], progress=False,
+        # (throw=False: a start where no fit is found counts as not converged, as in a
+        # multi-start of all of them, instead of stopping the run)
+        fit = ji.estimate(problem, starts=starts[i : i + 1], progress=False, throw=False,
                           max_steps=max_steps, optimizer=optimizer).fits  # fmt: skip
         kept[str(i)] = {"nll": float(fit.nll[0]), "steps": int(fit.steps[0]),
                         "seconds": time.perf_counter() - t0}  # fmt: skip

@@ -229,29 +229,11 @@ class SBMLModel(ODEModel):
         return self._output_terms()[1]
 
     def _output_terms(self) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
-        elsewhere = set()
-        for e in (*self.rates, *(v for _, v in self.initial), *(v for _, v in self.rules),
-                  *self.switches):  # fmt: skip
-            elsewhere |= symbols_of(e)
+        elsewhere = (*self.rates, *(v for _, v in self.initial), *(v for _, v in self.rules),
+                     *self.switches)  # fmt: skip
         for tau, assignments, _ in (*self.events, *self.triggered):
-            elsewhere |= symbols_of(tau).union(*(symbols_of(v) for _, v in assignments))
-        names = set(self.parameters.names) - elsewhere
-        exprs = self.observables
-        while True:  # each output is its terms' own, and a term is only that in its outputs
-            terms = [{b for b in symbols_of(e) & names if _is_offset(e, b)} for e in exprs]
-            offset = [next(iter(t)) if len(t) == 1 else None for t in terms]
-            rests = [e if b is None else e - _symbol(e, b) for e, b in zip(exprs, offset)]
-            factors = [{s for s in symbols_of(r) & names if _is_factor(r, s)} for r in rests]
-            scale = [next(iter(f)) if len(f) == 1 else None for f in factors]
-            wrong = {
-                n
-                for e, s, b in zip(exprs, scale, offset)
-                for n in symbols_of(e) & names
-                if n not in (s, b)
-            }
-            if not wrong:
-                return tuple(scale), tuple(offset)
-            names -= wrong
+            elsewhere += (tau, *(v for _, v in assignments))
+        return _output_terms(self.parameters.names, self.observables, elsewhere)
 
     def state_env(self, t, x, theta: ParameterValues) -> dict:
         env = self._env(t, theta)
@@ -439,6 +421,29 @@ def _rolled(names, state_ids, rules, rates):
         return jnp.concatenate(sums)[back]
 
     return jax.jit(fn, inline=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _output_terms(parameters: tuple[str, ...], exprs: tuple, elsewhere: tuple):
+    """Per output formula of `exprs`, its scaling and its offset among `parameters`
+    (`SBMLModel.output_scalings`, `output_offsets`): those that the formulas of
+    `elsewhere` do not use; kept per model, as both are asked for together."""
+    names = set(parameters) - set().union(*(symbols_of(e) for e in elsewhere))
+    while True:  # each output is its terms' own, and a term is only that in its outputs
+        terms = [{b for b in symbols_of(e) & names if _is_offset(e, b)} for e in exprs]
+        offset = [next(iter(t)) if len(t) == 1 else None for t in terms]
+        rests = [e if b is None else e - _symbol(e, b) for e, b in zip(exprs, offset)]
+        factors = [{s for s in symbols_of(r) & names if _is_factor(r, s)} for r in rests]
+        scale = [next(iter(f)) if len(f) == 1 else None for f in factors]
+        wrong = {
+            n
+            for e, s, b in zip(exprs, scale, offset)
+            for n in symbols_of(e) & names
+            if n not in (s, b)
+        }
+        if not wrong:
+            return tuple(scale), tuple(offset)
+        names -= wrong
 
 
 def _symbol(expr: sp.Expr, name: str) -> sp.Symbol:
