@@ -105,6 +105,7 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int, optimizer,
     import numpy as np
 
     import jaxident as ji
+    from jaxident._runtime._files import write_atomic
 
     problem = ji.petab.load(yaml_path, estimate_noise=True)
     starts = np.asarray(
@@ -125,8 +126,7 @@ def jaxident_rows(yaml_path: str, n: int, seed: int, max_steps: int, optimizer,
                           max_steps=max_steps, optimizer=optimizer).fits  # fmt: skip
         kept[str(i)] = {"nll": float(fit.nll[0]), "steps": int(fit.steps[0]),
                         "seconds": time.perf_counter() - t0}  # fmt: skip
-        pathlib.Path(path + ".tmp").write_text(json.dumps(kept))
-        os.replace(path + ".tmp", path)
+        write_atomic(path, json.dumps(kept))
     rows = [kept[str(i)] for i in range(n)]
     out = {
         "nll_nominal": -float(ji.predict(problem).log_likelihood),
