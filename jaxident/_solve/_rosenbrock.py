@@ -50,6 +50,46 @@ _C[5, :5] = [
 # operations in the right-hand side (with the tangents) up to which the stages are unrolled
 # (see `Rodas4._step`)
 _UNROLL_EQUATIONS = 500
+# a product `A @ x` is written out where `A` has at most this many rows and the product at
+# most this many terms (`_product`)
+_FUSED_ROWS = 12
+_FUSED_PRODUCTS = 4096
+
+
+@jax.custom_batching.custom_vmap
+def _fused_product(A, x, one):
+    # `x` is first divided by `one` (a runtime 1): a division is an expensive operation to
+    # XLA, so `x` is computed once instead of again in each row's sum
+    x = x / one
+    return jnp.sum(A.reshape(A.shape + (1,) * (x.ndim - 1)) * x[None], axis=1)
+
+
+@_fused_product.def_vmap
+def _batched_product(axis_size, in_batched, A, x, one):
+    # over a batch, XLA's reduction of the sum is slower than a batched `dot` (measured
+    # in benchmarks/README.md, "Small products fused into a Rosenbrock step")
+    A, x = (v if b else jnp.broadcast_to(v, (axis_size, *v.shape)) for v, b in
+            zip((A, x), in_batched[:2]))  # fmt: skip
+    return (A @ x if x.ndim == 3 else jnp.einsum("bij,bj->bi", A, x)), True
+
+
+@jax.custom_jvp
+def _product(A, x, one):
+    """`A @ x` for a vector or matrix `x`. Where `A` is small and the call is not batched,
+    a sum of products that XLA fuses with its neighbours: on a CPU a small `dot` is a
+    library call of its own (about 0.35 us for 8 x 8 times 8 x 6, more than its
+    arithmetic), and a Rosenbrock step makes two of them per stage. Batched (`vmap`) it
+    is a batched `dot`; its derivatives are `dot`s (transposable, for reverse mode)."""
+    n = A.shape[0]
+    if n > _FUSED_ROWS or n * x.size > _FUSED_PRODUCTS:
+        return A @ x
+    return _fused_product(A, x, one)
+
+
+@_product.defjvp
+def _product_jvp(primals, tangents):
+    (A, x, one), (dA, dx, _) = primals, tangents
+    return _product(A, x, one), dA @ x + A @ dx
 
 
 def _combine(base, coeffs, ks, scale=1.0):
@@ -191,6 +231,7 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
         # systems this is written for, six batched products cost less than six pairs of
         # triangular solves (measured on Boehm's 8 states: 1.4x faster over 1000 samples).
         W_inv = jnp.linalg.inv(W)
+        one = h / h
         # time derivative of the right-hand side (zero, and not traced, for autonomous
         # models)
         rhs = jax.make_jaxpr(f)(t0, y0)
@@ -201,9 +242,9 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
 
         def solve(r):
             if self.augmented:
-                kz = W_inv @ r[0]
-                return (kz, W_inv @ (r[1] + coupling(kz)))
-            return unravel(W_inv @ ravel_pytree(r)[0])
+                kz = _product(W_inv, r[0], one)
+                return (kz, _product(W_inv, r[1] + coupling(kz), one))
+            return unravel(_product(W_inv, ravel_pytree(r)[0], one))
 
         # The stages, unrolled where the right-hand side (with its tangents) is a small
         # program; else in a loop (the right-hand side compiled once, each stage's
