@@ -99,6 +99,39 @@ def test_sympy_formulas_are_keyed_by_their_text_once(monkeypatch):
     assert _exported._value((k * x / (1 + x), -k * x + 3), True) != first
 
 
+def test_a_repeated_call_is_keyed_without_fingerprinting_again(monkeypatch):
+    """A second call with a new tree of the same objects (each evaluation of a fit
+    rebuilds it) gets the full key without fingerprinting the tree again; a leaf that
+    could change in place (a mutable dataclass) is fingerprinted at every call, so that
+    changing it changes the key."""
+    import dataclasses
+
+    model = _decay()
+    integrator = ji.Integrator(ji.Rodas4())
+
+    def args(theta, extra=0):
+        arrays, rest = eqx.partition((model, theta, model.times, integrator, extra), eqx.is_array)
+        return eqx.combine(jax.tree.map(jnp.array, arrays), rest)  # new objects each time
+
+    first = _exported._key(_sensitivity, args(model.parameters.nominal))
+    calls = []
+    value = _exported._value
+    monkeypatch.setattr(_exported, "_value", lambda *a: calls.append(1) or value(*a))
+    again = _exported._key(_sensitivity, args(model.parameters.nominal * 2.0))
+    assert not calls
+    assert again == first == _exported._full_key(_sensitivity, args(model.parameters.nominal))
+
+    @dataclasses.dataclass
+    class Setting:
+        value: float
+
+    setting = Setting(1.0)
+    before = _exported._key(_sensitivity, args(model.parameters.nominal, setting))
+    setting.value = 2.0
+    after = _exported._key(_sensitivity, args(model.parameters.nominal, setting))
+    assert before is not None and after not in (None, before, first)
+
+
 def test_an_unknown_static_object_means_no_key():
     class Opaque:  # not a value the key can compare across processes
         pass
