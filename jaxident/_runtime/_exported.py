@@ -201,11 +201,15 @@ def _value(x, const: bool = False):
             (f.name, _value(getattr(x, f.name, None), const)) for f in dataclasses.fields(x)
         )
         return ("dataclass", _class(type(x)), fields)
-    if type(x).__module__.split(".")[0] == "sympy":  # (so sympy is imported already)
+    if _is_sympy(x):  # (so sympy is imported already)
         return ("sympy", _srepr(x))
     if _library(x) and hasattr(x, "__qualname__"):  # jnp.sin, a custom_jvp of a library
         return ("callable", x.__module__, x.__qualname__)
     raise _Unkeyable(type(x).__qualname__)
+
+
+def _is_sympy(x) -> bool:
+    return type(x).__module__.split(".")[0] == "sympy"
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -219,8 +223,7 @@ def _srepr(expr) -> str:
 def array_devices(args) -> list:
     """The devices of the JAX arrays in `args`, in the order of its leaves (NumPy arrays
     have none)."""
-    return [d for a in jax.tree.leaves(eqx.filter(args, eqx.is_array))
-            if isinstance(a, jax.Array) for d in a.devices()]  # fmt: skip
+    return [d for a in jax.tree.leaves(args) if isinstance(a, jax.Array) for d in a.devices()]
 
 
 def _platform(args) -> str:
@@ -244,7 +247,7 @@ _FIXED = (type(None), bool, int, float, complex, str, bytes, np.ndarray, np.gene
 
 
 def _fixed(leaf) -> bool:
-    return isinstance(leaf, _FIXED) or type(leaf).__module__.split(".")[0] == "sympy"
+    return isinstance(leaf, _FIXED) or _is_sympy(leaf)
 
 
 def _key(kernel, args) -> str | None:

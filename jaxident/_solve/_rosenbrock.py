@@ -70,7 +70,7 @@ def _batched_product(axis_size, in_batched, A, x, one):
     # in benchmarks/README.md, "Small products fused into a Rosenbrock step")
     A, x = (v if b else jnp.broadcast_to(v, (axis_size, *v.shape)) for v, b in
             zip((A, x), in_batched[:2]))  # fmt: skip
-    return (A @ x if x.ndim == 3 else jnp.einsum("bij,bj->bi", A, x)), True
+    return jnp.einsum("bij,bj...->bi...", A, x), True
 
 
 @jax.custom_jvp
