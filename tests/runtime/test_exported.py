@@ -276,6 +276,29 @@ def test_a_kept_kernel_compiles_once_for_fresh_and_returned_arrays(tmp_path, mon
     assert int(k) == 3 and entry.call._cache_size() == 1  # one compilation
 
 
+def test_an_argument_is_settled_once_while_it_lives(monkeypatch):
+    """A problem's arrays, passed again at every evaluation of a host-driven fit, are
+    committed once: the same settled copy (sharing the buffer) comes back while the
+    array lives, a weakly typed one loses its weak type, and the entry leaves with the
+    array."""
+    import gc
+
+    monkeypatch.setattr(_exported, "_SETTLED", {})
+    a = jnp.arange(3.0)
+    assert not a.committed
+    first = _exported._settled(a)
+    assert first.committed and _exported._settled(a) is first
+    assert first.unsafe_buffer_pointer() == a.unsafe_buffer_pointer()
+    weak = jnp.asarray(2.0)
+    assert weak.weak_type and not _exported._settled(weak).weak_type
+    committed = jax.device_put(jnp.ones(2), jax.devices()[0])
+    assert _exported._settled(committed) is committed  # nothing to keep
+    assert len(_exported._SETTLED) == 2
+    del a, weak, first
+    gc.collect()
+    assert not _exported._SETTLED
+
+
 def test_an_entry_point_with_a_prng_key_is_kept(tmp_path, monkeypatch):
     """A typed PRNG key (`jax.random.key`) is an argument like an array: kept and
     reloaded with the same result (it has no `weak_type`; reading one failed)."""
