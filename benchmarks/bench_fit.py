@@ -72,7 +72,8 @@ for i in range(starts.shape[0]):  # one start a call, each timed and kept
                             engine=pypesto.engine.SingleCoreEngine(), filename=None)
     fval = res.optimize_result.list[0].fval
     kept[str(i)] = {"nll": float("nan") if fval is None else float(fval),
-                    "seconds": time.perf_counter() - t0}
+                    "seconds": time.perf_counter() - t0,
+                    "evaluations": int(res.optimize_result.list[0].n_fval or 0)}
     json.dump(kept, open(keep_file + ".tmp", "w"))
     os.replace(keep_file + ".tmp", keep_file)
 fvals = [kept[str(i)]["nll"] for i in range(starts.shape[0])]

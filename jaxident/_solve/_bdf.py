@@ -33,7 +33,7 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 
 from .._linalg._sparse_lu import sparse_lu_factor, sparse_lu_solve, SparseLUPlan
-from ._rosenbrock import Rodas4
+from ._rosenbrock import _product, Rodas4
 
 
 _MAX_ORDER = 5
@@ -67,7 +67,8 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     Reichelt 1997, with CVODES's simplified Newton iteration).
 
     A step costs one right-hand-side evaluation per Newton iteration (one or two,
-    usually) and two triangular solves each; the Jacobian (`jax.jacfwd`, or by groups of
+    usually) and a solve with the kept matrix each (a product with its inverse up to
+    100 states, two triangular solves above); the Jacobian (`jax.jacfwd`, or by groups of
     columns that share no row where the model declares its `jacobian_sparsity()`, as a
     model read from SBML does) is evaluated only when the iteration fails to converge
     with the one it has, and the
@@ -358,11 +359,31 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
     return _System(n, F, jacobian, factor, empty, corrector, flat_norm), unravel
 
 
+# systems up to this many states keep `(I - c J)^{-1}` instead of its LU factors: on a
+# CPU a solve is then one product (fused with its neighbours up to `_FUSED_ROWS` rows)
+# instead of LAPACK's two triangular solves and a permutation, 3.5-25 times cheaper for
+# 8-75 states and 1-20 columns; the inverse costs a few more solves at each (rare)
+# refactorization. Measured up to SalazarCavazos' 75 states (benchmarks/README.md).
+_INVERSE_ROWS = 100
+
+
+class _Inverse(NamedTuple):
+    """`(I - c J)^{-1}`, and a runtime 1 for `_product`."""
+
+    inverse: Any
+    one: Any
+
+
 def _lu_factor(plan: SparseLUPlan | None, J, c):
     """The factorization of `I - c J`: LAPACK's dense LU with partial pivoting, or the
     sparse one of `plan`, with the dense one made instead where the sparse one is
-    refused (a pivot too small without pivoting)."""
+    refused (a pivot too small without pivoting). A system of at most `_INVERSE_ROWS`
+    states without a sparse plan keeps the inverse instead (as Rodas4's stages). The
+    corrector's residual is evaluated exactly at every iteration, so the inverse's
+    rounding moves only the rate of convergence, not the solution."""
     A = jnp.eye(J.shape[0], dtype=J.dtype) - c * J
+    if plan is None and A.shape[0] <= _INVERSE_ROWS:
+        return _Inverse(jnp.linalg.inv(A), c / c)
     if plan is None:
         return jsp.linalg.lu_factor(A)
     values, ok = sparse_lu_factor(plan, A)
@@ -376,6 +397,8 @@ def _lu_factor(plan: SparseLUPlan | None, J, c):
 
 def _lu_solve(plan: SparseLUPlan | None, lu, r):
     """`(I - c J)^{-1} r` with `_lu_factor`'s factorization; `r` is `(n,)` or `(n, k)`."""
+    if isinstance(lu, _Inverse):
+        return _product(lu.inverse, r, lu.one)
     if plan is None:
         return jsp.linalg.lu_solve(lu, r)
     values, ok, dense = lu

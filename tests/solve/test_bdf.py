@@ -14,6 +14,7 @@ from scipy.integrate import solve_ivp
 
 import jaxident as ji
 from jaxident._linalg._sparse_lu import sparse_lu_plan
+from jaxident._solve import _bdf
 from jaxident._solve._bdf import _coloring, _jacobian, integrates_by_span, with_sparsity
 
 
@@ -339,3 +340,22 @@ def test_failures_are_reported():
     ivgtt = ji.models.load("ivgtt")
     with pytest.raises(ValueError, match="differentiable in the state.*Kvaerno5"):
         ji.sensitivity(ivgtt, integrator=ji.Integrator(ji.BDF()))
+
+
+@pytest.mark.parametrize("n", [6, 40, _bdf._INVERSE_ROWS + 1])
+def test_newton_matrix_solves_against_numpy(n):
+    """`(I - c J)^{-1} r` from the kept factorization, for a vector and for tangent
+    columns: up to `_INVERSE_ROWS` states by a kept inverse (one product a solve), above
+    by LAPACK's LU; both against NumPy's solve, under `jit` and `vmap` over `r`."""
+    rng = np.random.default_rng(n)
+    J = rng.normal(size=(n, n)) - 3.0 * np.eye(n)
+    c = 0.7
+    A = np.eye(n) - c * J
+    lu = jax.jit(functools.partial(_bdf._lu_factor, None))(J, c)
+    assert isinstance(lu, _bdf._Inverse) == (n <= _bdf._INVERSE_ROWS)
+    solve = jax.jit(functools.partial(_bdf._lu_solve, None))
+    for r in (rng.normal(size=n), rng.normal(size=(n, 5))):
+        np.testing.assert_allclose(solve(lu, r), np.linalg.solve(A, r), rtol=1e-10, atol=1e-12)
+    R = rng.normal(size=(3, n))
+    batched = jax.vmap(solve, in_axes=(None, 0))(lu, R)
+    np.testing.assert_allclose(batched, np.linalg.solve(A, R.T).T, rtol=1e-10, atol=1e-12)
