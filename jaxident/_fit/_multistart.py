@@ -25,7 +25,7 @@ from .._problem._measurements import free_mask
 from .._problem._noise import Noise, per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._config import fit_device
-from .._runtime._context import call_kept, callback_free, on_error_mode
+from .._runtime._context import batched, call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (
@@ -231,8 +231,9 @@ def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float, inn
 def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float, inner=None):
     """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
     kernel; as `fit_once`, each output with a leading axis of `B`."""
-    return _call_fit(_fit_problems, problem, thetas, np.asarray(free, bool), integrator,
-                     max_steps, rtol, inner)  # fmt: skip
+    with batched():
+        return _call_fit(_fit_problems, problem, thetas, np.asarray(free, bool), integrator,
+                         max_steps, rtol, inner)  # fmt: skip
 
 
 class MultiStart(eqx.Module):

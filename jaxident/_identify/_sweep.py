@@ -26,6 +26,7 @@ from jaxtyping import Array
 from tqdm.auto import tqdm
 
 from .._runtime._config import compiler_options, version
+from .._runtime._context import batched
 from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
 from .._solve._bdf import integrates_by_span
@@ -184,8 +185,9 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
     split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
     with checks_as_nan():
-        traced = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
-                         out_shardings=split).trace(arrays, first)  # fmt: skip
+        with batched(lanes > 1):  # (models compiled for the lanes: `_context.batched`)
+            traced = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
+                             out_shardings=split).trace(arrays, first)  # fmt: skip
         if platform == "cpu" and vmap_size is None and lanes > 1:
             if integrates_by_span(traced.jaxpr):
                 # ji.BDF keeps its Jacobian across steps by branching, and in a vmap a

@@ -13,6 +13,7 @@ algebraic rules, delays, fast reactions, conversion factors, variable stoichiome
 and compartments of varying size raise a `ValueError` naming the feature.
 """
 
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,7 @@ from .._model._base import Dependence, Integrator, ODEModel
 from .._model._parameters import Parameters, ParameterValues
 from .._solve._bdf import BDF
 from .._solve._rosenbrock import Rodas4
-from ._symbolic import dependency_order, evaluate, from_mathml, symbols_of, TIME
+from ._symbolic import dependency_order, evaluate, from_mathml, stack, symbols_of, TIME
 
 
 def _libsbml():
@@ -144,6 +145,17 @@ class SBMLModel(ODEModel):
     triggered: tuple[tuple[sp.Expr, tuple[tuple[int, sp.Expr], ...], bool], ...] = eqx.field(
         static=True, default=()
     )
+    # the right-hand side's values stacked in groups that XLA fuses (`_symbolic.stack`):
+    # for one solve at a time; `for_batches` turns it off inside batched kernels
+    grouped: bool = eqx.field(static=True, default=True, repr=False)
+
+    def for_batches(self, batched: bool = True) -> "SBMLModel":
+        """This model compiled for kernels that solve many samples side by side
+        (`vmap`: `ji.sweep`, a multi-start fit) or, with `batched=False`, one at a
+        time: the same values, stacked as suits each (`_symbolic.stack`)."""
+        if self.grouped != batched:
+            return self
+        return dataclasses.replace(self, grouped=not batched)
 
     @property
     def integrator(self) -> Integrator:
@@ -173,7 +185,7 @@ class SBMLModel(ODEModel):
             env[name] = evaluate(expr, env)
             if name in self.overrides:
                 env[name] = self._override(name, env[name], theta)
-        return jnp.stack([jnp.asarray(env[s], dtype=float) for s in self.state_ids])
+        return stack([jnp.asarray(env[s], dtype=float) for s in self.state_ids], self.grouped)
 
     def _override(self, name, value, theta):
         return jnp.where(theta[initial_set(name)] > 0.5, theta[initial_value(name)], value)
@@ -193,7 +205,7 @@ class SBMLModel(ODEModel):
             return None
         env = self.state_env(t, x, theta)
         zero = jnp.zeros((), dtype=float)
-        return jnp.stack([zero + evaluate(root, env) for root, _, _ in self.triggered])
+        return stack([zero + evaluate(root, env) for root, _, _ in self.triggered], self.grouped)
 
     def apply_event(self, i: int, t, x, theta: ParameterValues) -> Array:
         """The event's assignments (timed events, then triggered ones), all evaluated
@@ -242,7 +254,7 @@ class SBMLModel(ODEModel):
 
     def vector_field(self, t, x, theta: ParameterValues) -> Array:
         key = (self.parameters.names, self.state_ids, self.rules, self.rates)
-        fn = _rolled(*key) or _of_state(*key)
+        fn = _rolled(*key) or _of_state(*key, self.grouped)
         return fn(t, x, theta.values)
 
     def switching_times(self, theta: ParameterValues) -> Array | None:
@@ -256,7 +268,8 @@ class SBMLModel(ODEModel):
         return jnp.stack([zero + evaluate(e, env) for e in self.switches])
 
     def output(self, t, x, theta: ParameterValues) -> Array:
-        fn = _of_state(self.parameters.names, self.state_ids, self.rules, self.observables)
+        fn = _of_state(self.parameters.names, self.state_ids, self.rules, self.observables,
+                       self.grouped)  # fmt: skip
         return fn(t, x, theta.values)
 
     def jacobian_sparsity(self) -> np.ndarray:
@@ -311,7 +324,7 @@ def _state_env(names, state_ids, rules, t, x, p) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _of_state(names, state_ids, rules, exprs):
+def _of_state(names, state_ids, rules, exprs, grouped: bool = True):
     """`(t, x, p) -> [expr for expr in exprs]` with the rules, as a jitted function: the
     solvers and the transforms around them (`jvp`, `vmap`, diffrax's shape checks) call
     a model's right-hand side tens of times per solve, and a jitted function is traced
@@ -329,7 +342,7 @@ def _of_state(names, state_ids, rules, exprs):
         for symbol, expr in common:
             env[symbol.name] = evaluate(expr, env)
         zero = jnp.zeros((), dtype=x.dtype)
-        return jnp.stack([zero + evaluate(e, env) for e in reduced])
+        return stack([zero + evaluate(e, env) for e in reduced], grouped)
 
     return jax.jit(fn, inline=True)
 

@@ -7,6 +7,7 @@ kernel); `throw=False` never raises.
 """
 
 import contextlib
+import contextvars
 import functools
 import re
 
@@ -17,6 +18,36 @@ import numpy as np
 
 from . import _exported
 from ._equinox import checks_as_nan, on_error_mode as on_error_mode
+
+
+_BATCHED = contextvars.ContextVar("jaxident_batched", default=False)
+
+
+@contextlib.contextmanager
+def batched(on: bool = True):
+    """Inside: the kernels traced or called solve many samples side by side (a `vmap`
+    over samples: `ji.sweep`'s lanes, a multi-start fit), and a model that compiles
+    differently for batches is passed to them as such (`for_batches`)."""
+    token = _BATCHED.set(on)
+    try:
+        yield
+    finally:
+        _BATCHED.reset(token)
+
+
+def _batchable(x) -> bool:
+    return callable(getattr(type(x), "for_batches", None))
+
+
+def for_batches(args):
+    """`args`, inside `batched()`, with every model in them that has a `for_batches`
+    method (`SBMLModel`: its right-hand side's stacking) replaced by its batched form;
+    outside, as they are (a model is made for one solve at a time). The form is a
+    static field of the model, so a kernel's traces for the two are kept apart."""
+    if not _BATCHED.get():
+        return args
+    return jax.tree.map(lambda x: x.for_batches() if _batchable(x) else x, args,
+                        is_leaf=_batchable)  # fmt: skip
 
 
 def is_traced(*trees) -> bool:
@@ -49,6 +80,7 @@ def run_kernel(kernel, *args, throw: bool | None, message, optimize: bool = True
 
     **Returns:** the kernel's result.
     """
+    args = for_batches(args)
     if is_traced(args):
         return kernel(*args, _check(throw))
     with checks_as_nan():
@@ -87,6 +119,7 @@ def call_kept(kernel, *args, optimize: bool = True, device: jax.Device | None = 
     is. With a `device`, concrete arguments are moved there and the kernel runs there
     (a fit on the host's CPU: `_config.fit_device`); its outputs are moved back to
     where the arguments were, so that no later call sees arrays on two devices."""
+    args = for_batches(args)
     if is_traced(args):
         return kernel(*args)
     if device is None:

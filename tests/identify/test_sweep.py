@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,3 +102,44 @@ def test_lanes_per_backend():
     assert _lanes(None, "cpu", 997) == 32  # a prime: a remainder it is
     assert _lanes(None, "cpu", 10) == 10
     assert _lanes(3, "cpu", 10) == 3 and _lanes(64, "cpu", 10) == 10
+
+
+def test_a_sweep_traces_its_lanes_as_batched(monkeypatch):
+    """A sweep with lanes side by side traces its function inside `batched()` (models
+    that compile differently for batches are then passed to kernels as such,
+    `_context.for_batches`), one lane at a time outside it; a multi-start fit's
+    vmapped kernel is called inside it too."""
+    from jaxident._fit import _multistart
+    from jaxident._runtime import _context
+
+    seen = []
+
+    def f(t):
+        seen.append(_context._BATCHED.get())
+        return t * 2.0
+
+    for lanes in (2, 1):
+        ji.sweep(f, jnp.arange(4.0), vmap_size=lanes, progress=False)
+    assert seen == [True, False]
+    calls = []
+    monkeypatch.setattr(_multistart, "_call_fit", lambda *a: calls.append(_context._BATCHED.get()))
+    _multistart.fit_batch(None, None, [True], None, 1, 1e-6)
+    assert calls == [True] and not _context._BATCHED.get()
+
+
+def test_models_are_passed_to_kernels_for_batches_inside_batched():
+    """`for_batches` replaces every model with a `for_batches` method (an SBML model)
+    inside `batched()` and leaves the arguments as they are outside it."""
+    from jaxident._runtime import _context
+
+    class Model(eqx.Module):
+        grouped: bool = eqx.field(static=True, default=True)
+
+        def for_batches(self, batched=True):
+            return Model(not batched)
+
+    args = (jnp.ones(2), {"model": Model(), "n": 3})
+    assert _context.for_batches(args) is args
+    with _context.batched():
+        out = _context.for_batches(args)
+    assert out[1]["model"].grouped is False and out[0] is args[0] and out[1]["n"] == 3

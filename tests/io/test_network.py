@@ -93,6 +93,22 @@ def test_rolled_rates_equal_the_formulas_under_jit_and_vmap(network):
     assert _rolled(key[0], key[1][:2], key[2], key[3][:2]) is None
 
 
+def test_grouped_and_plain_stacks_give_the_same_rates(network):
+    """The formulas' right-hand side of 40 states, its values stacked in groups (one
+    solve at a time) and plainly (batched kernels, `SBMLModel.for_batches`): the same
+    values and Jacobians, bit for bit or to rounding, under jit and vmap."""
+    m = network
+    key = (m.parameters.names, m.state_ids, m.rules, m.rates)
+    grouped, plain = _of_state(*key, True), _of_state(*key, False)
+    th = m.parameters.nominal
+    xs = jnp.abs(jax.random.normal(jax.random.key(1), (2, N_SPECIES))) + 0.1
+    for f in (lambda g: jax.jit(jax.vmap(lambda x: g(0.3, x, th))),
+              lambda g: jax.vmap(jax.jacfwd(lambda x: g(0.3, x, th)))):  # fmt: skip
+        np.testing.assert_allclose(f(grouped)(xs), f(plain)(xs), rtol=1e-14, atol=1e-14)
+    assert m.grouped and not m.for_batches().grouped and m.for_batches(False) is m
+    assert m.for_batches().for_batches(False).grouped
+
+
 def test_the_jacobians_sparsity_is_the_formulas(network):
     """`jacobian_sparsity()` is exactly where the Jacobian at a random state is nonzero;
     its colouring needs a few groups for 40 columns."""
