@@ -68,7 +68,7 @@ class BDF(diffrax.AbstractAdaptiveSolver):
 
     A step costs one right-hand-side evaluation per Newton iteration (one or two,
     usually) and a solve with the kept matrix each (a product with its inverse up to
-    100 states, two triangular solves above); the Jacobian (`jax.jacfwd`, or by groups of
+    500 states, two triangular solves above); the Jacobian (`jax.jacfwd`, or by groups of
     columns that share no row where the model declares its `jacobian_sparsity()`, as a
     model read from SBML does) is evaluated only when the iteration fails to converge
     with the one it has, and the
@@ -363,8 +363,9 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
 # CPU a solve is then one product (fused with its neighbours up to `_FUSED_ROWS` rows)
 # instead of LAPACK's two triangular solves and a permutation, 3.5-25 times cheaper for
 # 8-75 states and 1-20 columns; the inverse costs a few more solves at each (rare)
-# refactorization. Measured up to SalazarCavazos' 75 states (benchmarks/README.md).
-_INVERSE_ROWS = 100
+# refactorization. Measured up to Chen's 500 states, where a sensitivity call took 187 s
+# against 233 s (benchmarks/README.md).
+_INVERSE_ROWS = 500
 
 
 class _Inverse(NamedTuple):
