@@ -120,8 +120,8 @@ def stack(values: Sequence, grouped: bool = True) -> Array:
     """`jnp.stack(values)` (arrays of one shape). `grouped`: built from stacks of at
     most `_CONCATENATED` values each, so that XLA fuses each group with the expressions
     that compute it (and so the tangents of each group under `jvp`): a right-hand side
-    of 9 states stacked at once left 9 computations per tangent evaluation, 30 of a
-    Rodas4 step's 410 on Fujita. The groups are padded and stacked as rows of a matrix,
+    of 9 states stacked at once left one computation per state and evaluation, 174 of
+    a Rodas4 step's 410 on Fujita (180 in all after). The groups are padded and stacked as rows of a matrix,
     which XLA does not merge back into one concatenate. Under a `vmap` over samples the
     fused groups are slower than the plain stack (their loops cannot be vectorised
     across the samples: Schwen's tangents 1.6x), so batched kernels take
