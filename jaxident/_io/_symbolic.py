@@ -121,11 +121,11 @@ def stack(values: Sequence, grouped: bool = True) -> Array:
     most `_CONCATENATED` values each, so that XLA fuses each group with the expressions
     that compute it (and so the tangents of each group under `jvp`): a right-hand side
     of 9 states stacked at once left one computation per state and evaluation, 174 of
-    a Rodas4 step's 410 on Fujita (180 in all after). The groups are padded and stacked as rows of a matrix,
-    which XLA does not merge back into one concatenate. Under a `vmap` over samples the
-    fused groups are slower than the plain stack (their loops cannot be vectorised
-    across the samples: Schwen's tangents 1.6x), so batched kernels take
-    `grouped=False` (`SBMLModel.for_batches`)."""
+    a Rodas4 step's 410 on Fujita (180 in all after). The groups are padded and
+    stacked as rows of a matrix, which XLA does not merge back into one concatenate.
+    Under a `vmap` over samples the fused groups are slower than the plain stack
+    (their loops cannot be vectorised across the samples: Schwen's tangents 1.6x), so
+    batched kernels take `grouped=False` (`SBMLModel.for_batches`)."""
     values = [jnp.asarray(v) for v in values]
     if not grouped or len(values) <= _CONCATENATED:
         return jnp.stack(values)
