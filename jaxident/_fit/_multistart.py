@@ -24,8 +24,9 @@ from .._problem._base import Problem
 from .._problem._measurements import free_mask
 from .._problem._noise import Noise, per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
+from .._runtime._batches import batched
 from .._runtime._config import fit_device
-from .._runtime._context import batched, call_kept, callback_free, on_error_mode
+from .._runtime._context import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (

@@ -25,8 +25,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array
 from tqdm.auto import tqdm
 
+from .._runtime._batches import batched
 from .._runtime._config import compiler_options, version
-from .._runtime._context import batched
 from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
 from .._solve._bdf import integrates_by_span
@@ -185,7 +185,7 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
     split, replicated = _shardings(mesh)
     t0 = time.perf_counter()
     with checks_as_nan():
-        with batched(lanes > 1):  # (models compiled for the lanes: `_context.batched`)
+        with batched(lanes > 1):  # (models compiled for the lanes: `_batches`)
             traced = jax.jit(chunk_of(lanes), in_shardings=(replicated, split),
                              out_shardings=split).trace(arrays, first)  # fmt: skip
         if platform == "cpu" and vmap_size is None and lanes > 1:

@@ -7,7 +7,6 @@ kernel); `throw=False` never raises.
 """
 
 import contextlib
-import contextvars
 import functools
 import re
 
@@ -17,37 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _exported
+from ._batches import for_batches
 from ._equinox import checks_as_nan, on_error_mode as on_error_mode
-
-
-_BATCHED = contextvars.ContextVar("jaxident_batched", default=False)
-
-
-@contextlib.contextmanager
-def batched(on: bool = True):
-    """Inside: the kernels traced or called solve many samples side by side (a `vmap`
-    over samples: `ji.sweep`'s lanes, a multi-start fit), and a model that compiles
-    differently for batches is passed to them as such (`for_batches`)."""
-    token = _BATCHED.set(on)
-    try:
-        yield
-    finally:
-        _BATCHED.reset(token)
-
-
-def _batchable(x) -> bool:
-    return callable(getattr(type(x), "for_batches", None))
-
-
-def for_batches(args):
-    """`args`, inside `batched()`, with every model in them that has a `for_batches`
-    method (`SBMLModel`: its right-hand side's stacking) replaced by its batched form;
-    outside, as they are (a model is made for one solve at a time). The form is a
-    static field of the model, so a kernel's traces for the two are kept apart."""
-    if not _BATCHED.get():
-        return args
-    return jax.tree.map(lambda x: x.for_batches() if _batchable(x) else x, args,
-                        is_leaf=_batchable)  # fmt: skip
 
 
 def is_traced(*trees) -> bool:

@@ -107,30 +107,30 @@ def test_lanes_per_backend():
 def test_a_sweep_traces_its_lanes_as_batched(monkeypatch):
     """A sweep with lanes side by side traces its function inside `batched()` (models
     that compile differently for batches are then passed to kernels as such,
-    `_context.for_batches`), one lane at a time outside it; a multi-start fit's
+    `_batches.for_batches`), one lane at a time outside it; a multi-start fit's
     vmapped kernel is called inside it too."""
     from jaxident._fit import _multistart
-    from jaxident._runtime import _context
+    from jaxident._runtime import _batches
 
     seen = []
 
     def f(t):
-        seen.append(_context._BATCHED.get())
+        seen.append(_batches._BATCHED.get())
         return t * 2.0
 
     for lanes in (2, 1):
         ji.sweep(f, jnp.arange(4.0), vmap_size=lanes, progress=False)
     assert seen == [True, False]
     calls = []
-    monkeypatch.setattr(_multistart, "_call_fit", lambda *a: calls.append(_context._BATCHED.get()))
+    monkeypatch.setattr(_multistart, "_call_fit", lambda *a: calls.append(_batches._BATCHED.get()))
     _multistart.fit_batch(None, None, [True], None, 1, 1e-6)
-    assert calls == [True] and not _context._BATCHED.get()
+    assert calls == [True] and not _batches._BATCHED.get()
 
 
 def test_models_are_passed_to_kernels_for_batches_inside_batched():
     """`for_batches` replaces every model with a `for_batches` method (an SBML model)
     inside `batched()` and leaves the arguments as they are outside it."""
-    from jaxident._runtime import _context
+    from jaxident._runtime import _batches
 
     class Model(eqx.Module):
         grouped: bool = eqx.field(static=True, default=True)
@@ -139,7 +139,7 @@ def test_models_are_passed_to_kernels_for_batches_inside_batched():
             return Model(not batched)
 
     args = (jnp.ones(2), {"model": Model(), "n": 3})
-    assert _context.for_batches(args) is args
-    with _context.batched():
-        out = _context.for_batches(args)
+    assert _batches.for_batches(args) is args
+    with _batches.batched():
+        out = _batches.for_batches(args)
     assert out[1]["model"].grouped is False and out[0] is args[0] and out[1]["n"] == 3
