@@ -262,7 +262,8 @@ def _key(kernel, args) -> str | None:
         (a.shape, a.dtype, getattr(a, "weak_type", False)) if is_array else id(a)
         for a, is_array in zip(leaves, arrays)
     )
-    memo = (kernel, treedef, signature, environment(), _platform(args), on_error_mode())
+    # (the platform read from the leaves already flattened, not from the tree again)
+    memo = (kernel, treedef, signature, environment(), _platform(leaves), on_error_mode())
     try:
         hash(memo)
     except TypeError:  # a static field that cannot be hashed
