@@ -11,7 +11,6 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
-from scipy.special import ndtri, stdtrit
 
 from .._linalg._covariance import equilibrated
 from .._linalg._rank import RelativeTolerance
@@ -165,6 +164,8 @@ class Estimate(eqx.Module):
         (`s^2` estimated), normal for a problem's likelihood."""
         if not 0 < level < 1:
             raise ValueError(f"level must lie in (0, 1), got {level}.")
+        from scipy.special import ndtri, stdtrit  # (kept out of `import jaxident`)
+
         if self.fisher is not None:
             q = ndtri(0.5 + level / 2)
         else:

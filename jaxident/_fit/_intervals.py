@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import equinox as eqx
 import numpy as np
 from jaxtyping import ArrayLike
-from scipy.special import chdtri
 from tqdm.auto import tqdm
 
 from .._model._base import Integrator
@@ -230,6 +229,8 @@ def likelihood_intervals(
     best = float(objective(problem, theta, integrator, derivatives=False))
     if not np.isfinite(best):
         raise ValueError("The model cannot be solved at theta: give the fit's estimate.")
+    from scipy.special import chdtri  # (kept out of `import jaxident`)
+
     threshold = 0.5 * float(chdtri(1, 1.0 - level))  # the chi-square(1) quantile
     var = _wald_variances(problem, theta, integrator)
     out = {}

@@ -3,17 +3,20 @@ that fits a model's least squares and a problem's likelihood, and the generalize
 method for nonsmooth models."""
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 import optimistix as optx
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from .._model._nonsmooth import directions_matrix, ld_jvp
+
+
+if TYPE_CHECKING:
+    import optax
 
 
 def _flat(out) -> Array:
@@ -474,7 +477,7 @@ class OptaxLD(eqx.Module):
     - `direction`: the probing direction `d` (default `e_1`).
     """
 
-    optimizer: optax.GradientTransformation = eqx.field(static=True, default=None)
+    optimizer: "optax.GradientTransformation | None" = eqx.field(static=True, default=None)
     max_steps: int = 5000
     gtol: float = 1e-10
     direction: tuple[float, ...] | None = None
@@ -482,6 +485,7 @@ class OptaxLD(eqx.Module):
     def minimise(self, outputs, to_theta, z0, data, sigma, free):
         """Run the optimiser; returns `(z, steps, result)`. `outputs(theta)` are the
         model outputs (flat), `to_theta(z)` the change of variables."""
+        import optax  # (0.1 s of `import jaxident` otherwise; only this method needs it)
 
         d = jnp.zeros_like(z0).at[0].set(1.0) if self.direction is None else self.direction
         M = directions_matrix(jnp.asarray(d, dtype=z0.dtype))

@@ -12,7 +12,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg as sl
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._linalg._dependence import Dependence, dependence as _dependence, dependent_sets
@@ -133,6 +132,8 @@ def best_pivots(VBs, nullity: int, candidates: Sequence[int]) -> np.ndarray:
     if nullity == 0:
         return np.zeros(0, dtype=int)
     if math.comb(len(candidates), nullity) > _MAX_PIVOT_SETS:
+        import scipy.linalg as sl  # (tens of non-identifiable parameters only)
+
         rows = np.asarray(VBs[0])[candidates]
         perm = sl.qr(rows.T, pivoting=True, mode="r")[1]
         return np.sort(np.asarray(candidates)[perm[:nullity]])

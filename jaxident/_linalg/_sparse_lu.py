@@ -27,8 +27,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from jaxtyping import Array, Bool, Float
 
 
@@ -92,6 +90,9 @@ def sparse_lu_plan(pattern, max_fill: float = 0.125) -> SparseLUPlan | None:
 def _ordering(full: np.ndarray) -> np.ndarray:
     """Multiple minimum degree on the pattern of `A + A^T` (SuperLU's ordering, asked
     of a diagonally dominant matrix with this pattern, so that no pivoting moves it)."""
+    import scipy.sparse as sp  # (only for a plan: 0.11 s of `import jaxident` otherwise)
+    import scipy.sparse.linalg as spla
+
     n = full.shape[0]
     sym = full | full.T
     M = sp.csc_matrix(np.where(sym, 1.0, 0.0) + n * np.eye(n))

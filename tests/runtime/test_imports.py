@@ -5,6 +5,8 @@ it (as its `__init__` docstring says)."""
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import jaxident
 
@@ -26,6 +28,15 @@ ALLOWED_INSIDE = {
     ("jaxident.plot", "matplotlib.pyplot"),
     ("jaxident.plot", "matplotlib.patches"),
     ("jaxident._io._petab", "libsbml"),
+    # kept out of `import jaxident` for its start-up time (0.25 s of its 1.5 s, one core),
+    # each needed by one rarely used function: a sparse LU's ordering, optax's optimizer,
+    # a pivoted QR for tens of non-identifiable parameters, two quantiles
+    ("jaxident._linalg._sparse_lu", "scipy.sparse"),
+    ("jaxident._linalg._sparse_lu", "scipy.sparse.linalg"),
+    ("jaxident._fit._solvers", "optax"),
+    ("jaxident._identify._estimability", "scipy.linalg"),
+    ("jaxident._fit._estimate", "scipy.special"),
+    ("jaxident._fit._intervals", "scipy.special"),
 }
 # the layers, bottom first: a module of a layer imports modules of its own layer and
 # the ones before it (the public modules above them all: `jaxident`, `petab`, `cli`,
@@ -287,3 +298,11 @@ def test_functions_are_short():
     """Every function's body fits in LONGEST lines, but the listed tables."""
     planted = "\ndef _probe(x):\n" + "    x = x + 1\n" * (LONGEST + 1) + "    return x\n"
     _ratchet(_long_functions, LONG_FUNCTIONS, planted)
+
+
+def test_import_leaves_the_lazy_dependencies_unloaded():
+    """`import jaxident` loads neither optax nor SciPy (0.25 s of a 1.5 s import, one
+    core): the functions that need them import them (`ALLOWED_INSIDE`)."""
+    code = "import sys, jaxident; print([m for m in ('optax', 'scipy') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
