@@ -113,7 +113,12 @@ def _cpu_options() -> dict | None:
 # sensitivity would compile in 9.1 s instead of 11.2 s but run in 49 ms instead of 29,
 # E. coli's compile in 11.4 s instead of 13.6 s but run in 2.7 s instead of 1.2 (levels
 # 1 and 2 compile no faster than 3). `JAXIDENT_OPTIMIZE=1` optimizes every program.
-_QUICK_OPTIONS = {"xla_backend_optimization_level": 0}
+# Without those passes, XLA's split of the code generation over threads (there to run
+# LLVM's passes in parallel) is overhead: compiled in one piece, SVIR's first `analyze`
+# compiles in 1.09 s of CPU instead of 1.32 (one core; Zheng's, on two, 3.4 s of wall
+# time instead of 3.6). The optimized programs keep the split (Zheng's sensitivity
+# compiles in 3.75 s of wall time on two cores with it, 4.35 s without).
+_QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_parallel_codegen_split_count": 1}
 
 
 @functools.cache

@@ -156,7 +156,13 @@ def test_kernels_and_sweeps_compile_with_the_cpu_options(monkeypatch):
     if jax.default_backend() == "cpu":
         full = {"xla_cpu_use_fusion_emitters": False}
         assert _config.compiler_options("cpu") == full
-        quick = {**full, "xla_backend_optimization_level": 0}
+        # (no LLVM passes, and code generated in one piece: its split over threads is
+        # there to run those passes in parallel)
+        quick = {
+            **full,
+            "xla_backend_optimization_level": 0,
+            "xla_cpu_parallel_codegen_split_count": 1,
+        }
         assert _config.compiler_options("cpu", optimize=False) == quick
     for optimize in (True, False):
         np.testing.assert_allclose(_exported._Entry(exported, skeleton, optimize)([x]),
