@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._runtime._context import clean_errors, run_kernel
+from .._runtime._context import clean_errors, device_array, run_kernel
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
 from ._dependence import dependence
@@ -36,7 +36,7 @@ def check_matrix(S: ArrayLike, what: str = "S") -> Array:
         raise ValueError(f"{what} has no columns.")
     if S.shape[0] == 0:
         raise ValueError(f"{what} has no rows: a rank decision needs at least one observation.")
-    S = jnp.asarray(S)
+    S = device_array(S)
     if not jnp.issubdtype(S.dtype, jnp.floating):
         S = S.astype(float)
     warn_if_low_precision(S)
@@ -154,7 +154,7 @@ def _power_of_two_scaling(S):
     e = int(np.frexp(m)[1])
     if -4 <= e <= 4:
         return S, 0
-    return jnp.asarray(np.ldexp(np.asarray(S, dtype=float), -e)), e
+    return device_array(np.ldexp(np.asarray(S, dtype=float), -e)), e
 
 
 def select_columns(
@@ -230,7 +230,7 @@ def select_columns(
             lambda s: (s.singular_values, s.R, s.scale),
             sel,
             tuple(
-                jnp.asarray(np.ldexp(np.asarray(x), power))
+                device_array(np.ldexp(np.asarray(x), power))
                 for x in (sel.singular_values, sel.R, sel.scale)
             ),
         )
@@ -239,7 +239,7 @@ def select_columns(
                 lambda s: (s.dependence.norms, s.dependence.effect_threshold),
                 sel,
                 tuple(
-                    jnp.asarray(np.ldexp(np.asarray(x), power))
+                    device_array(np.ldexp(np.asarray(x), power))
                     for x in (sel.dependence.norms, sel.dependence.effect_threshold)
                 ),
             )

@@ -15,7 +15,7 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array
 
-from .._runtime._context import is_traced
+from .._runtime._context import device_array, is_traced
 from ._base import AbstractModel, AlgebraicModel, DAEModel
 
 
@@ -220,7 +220,7 @@ def check_theta(model, theta) -> Array:
         if missing:
             raise ValueError(f"Parameter values missing for {missing}.")
         theta = jnp.stack([jnp.asarray(theta[n], float) for n in model.parameters.names])
-    theta = jnp.asarray(theta)
+    theta = device_array(theta)
     if theta.shape != (p,):
         raise ValueError(
             f"theta has shape {theta.shape}; {type(model).__name__} has {p} parameters "

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._runtime._context import array_module
+from .._runtime._context import array_module, device_array
 
 
 VectorLike = ArrayLike | Sequence
@@ -20,11 +20,8 @@ def _is_concrete(x) -> bool:
 
 
 def _vector(x) -> Array:
-    """`x` as a float array, through NumPy where it is concrete (`jnp.asarray` of a
-    list compiles a conversion program: 11 of them at `import jaxident`)."""
-    if _is_concrete(x) and not isinstance(x, jax.Array):
-        x = np.asarray(x, dtype=float)
-    return jnp.asarray(x, dtype=float)
+    """`x` as a float array, without compiling where it is concrete (`device_array`)."""
+    return device_array(x if isinstance(x, (jax.Array, jax.core.Tracer)) else np.asarray(x), float)
 
 
 def _unknown(name: str, names: Sequence[str]) -> ValueError:
@@ -42,7 +39,7 @@ def box_units(lower, upper, theta) -> Array:
     lower, upper, theta = (xp.asarray(a, dtype=float) for a in (lower, upper, theta))
     width = upper - lower
     size = xp.where(theta != 0, xp.abs(theta), 1.0)
-    return jnp.asarray(xp.where(xp.isfinite(width) & (width > 0), width, size))
+    return device_array(xp.where(xp.isfinite(width) & (width > 0), width, size))
 
 
 class Parameters(eqx.Module):

@@ -26,6 +26,7 @@ from .._model._base import AbstractModel, AlgebraicModel
 from .._model._checks import check_model, n_outputs
 from .._model._parameters import Parameters
 from .._model._transforms import reparameterize
+from .._runtime._context import device_array
 from ._measurements import MeasurementError
 from ._noise import as_noises, Noise
 from ._scale import as_scales, Scale
@@ -309,18 +310,18 @@ class Problem(eqx.Module):
             raise ValueError(f"Give one transform and one distribution per output ({m}).")
         times, data, sigma, observed = _stacked(model, experiments, m)
         self.steady = tuple(bool(np.isinf(e.times[0])) for e in experiments)
-        self.times = jnp.asarray(times)
-        self.data = jnp.asarray(data)
-        self.sigma = jnp.asarray(sigma)
-        self.observed = jnp.asarray(observed)
+        self.times = device_array(times)
+        self.data = device_array(data)
+        self.sigma = device_array(sigma)
+        self.observed = device_array(observed)
         self.preequilibrated = tuple(e.preequilibration is not None for e in experiments)
         src, const = _mapping(model, params, experiments, "condition")
-        self.source, self.constant = src, jnp.asarray(const)
+        self.source, self.constant = src, device_array(const)
         if any(self.preequilibrated):
             # (an experiment without a pre-equilibration maps the model's parameters by
             # name there, which no solve reads)
             src, const = _mapping(model, params, experiments, "preequilibration")
-            self.pre_source, self.pre_constant = src, jnp.asarray(const)
+            self.pre_source, self.pre_constant = src, device_array(const)
         else:
             self.pre_source, self.pre_constant = None, None
         self.experiment_names = tuple(
@@ -373,7 +374,7 @@ class Problem(eqx.Module):
             for i, v in linear.items():
                 const[src == i] = v
             src = np.where(src >= 0, index[np.maximum(src, 0)], -1)
-            return tuple(map(tuple, src.tolist())), jnp.asarray(const)
+            return tuple(map(tuple, src.tolist())), device_array(const)
 
         def subset(params):
             return Parameters(

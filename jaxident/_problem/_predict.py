@@ -17,7 +17,13 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
-from .._runtime._context import call_kept, callback_free, is_traced, on_error_mode
+from .._runtime._context import (
+    call_kept,
+    callback_free,
+    device_array,
+    is_traced,
+    on_error_mode,
+)
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
@@ -370,15 +376,15 @@ def problem_sensitivity(
         outputs = np.concatenate([outputs, np.asarray(out.sigma)[noisy]])
     integrator = problem.model.integrator if integrator is None else integrator
     return Sensitivity(
-        matrix=jnp.asarray(J),
-        outputs=jnp.asarray(outputs),
-        times=jnp.asarray(np.arange(J.shape[0], dtype=float)),
+        matrix=device_array(J),
+        outputs=device_array(outputs),
+        times=device_array(np.arange(J.shape[0], dtype=float)),
         names=problem.parameters.names,
         output_names=None,
         scale=SensitivityScale.noise,
-        ok=jnp.asarray(bool(np.all(np.asarray(out.ok)))),
+        ok=device_array(bool(np.all(np.asarray(out.ok)))),
         accuracy=accuracy(problem.model, integrator, J.dtype),
-        units=jnp.asarray(estimation_units(problem, check_theta(problem, theta))),
+        units=device_array(estimation_units(problem, check_theta(problem, theta))),
     )
 
 

@@ -33,6 +33,17 @@ def array_module(*trees):
     return jnp if is_traced(trees) else np
 
 
+def device_array(x, dtype=None):
+    """`jnp.asarray(x, dtype)` without compiling: a concrete value goes to the default
+    device by `jax.device_put` of its NumPy array (same dtype, not weakly typed, not
+    committed), where `jnp.asarray` compiles a small program for every new shape (about
+    10 ms of CPU each; ten of them on a first `jaxident analyze`). A JAX array, a tracer
+    or a Python number (weakly typed by `jnp.asarray`) is given to `jnp.asarray`."""
+    if isinstance(x, (jax.Array, jax.core.Tracer)) or type(x) in (int, float, complex):
+        return jnp.asarray(x, dtype)
+    return jax.device_put(np.asarray(x, dtype))
+
+
 def run_kernel(kernel, *args, throw: bool | None, message, optimize: bool = True):
     """`kernel(*args, check)`, a compiled entry point, with the `throw` convention above.
 

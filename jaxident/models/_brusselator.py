@@ -5,10 +5,12 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._model._base import Integrator, ODEModel
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 
 
 N_GRID = 16
@@ -45,7 +47,9 @@ class Brusselator2D(ODEModel):
     parameters: Parameters = eqx.field(
         default_factory=lambda: Parameters(("eps1", "eps2", "A", "B"), (2e-3, 2e-3, 1.0, 3.4))
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 1.0, 101))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 1.0, 101))
+    )
     t0: float = 0.0
 
     description: ClassVar[str] = "2-D Brusselator, 16x16 grid, n = 512 (Serban et al.)"

@@ -13,10 +13,12 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._model._base import Integrator, ODEModel
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 
 
 def _params(names, values):
@@ -41,9 +43,13 @@ class Colpitts(ODEModel):
     parameters: Parameters = eqx.field(
         default_factory=lambda: _params(("p1", "p2", "p3", "p4"), (5.0, 0.08, 0.7, 6.3))
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 20.0, 401))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 20.0, 401))
+    )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: jnp.array([0.1, 0.1, 0.1]))
+    x0: Float[Array, " 3"] = eqx.field(
+        default_factory=lambda: device_array(np.array([0.1, 0.1, 0.1]))
+    )
 
     description: ClassVar[str] = "Colpitts oscillator, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
@@ -80,9 +86,13 @@ class Rossler(ODEModel):
             ("p1", "p2", "p3", "p4", "p5", "p6", "p7"), (-1.0, -1.0, 1.0, 0.1, 0.1, -14.0, 1.0)
         )
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 20.0, 401))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 20.0, 401))
+    )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: jnp.array([1.0, 1.0, 0.1]))
+    x0: Float[Array, " 3"] = eqx.field(
+        default_factory=lambda: device_array(np.array([1.0, 1.0, 0.1]))
+    )
 
     description: ClassVar[str] = "Rossler system, output x2 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
@@ -117,9 +127,13 @@ class HindmarshRose(ODEModel):
             ("p1", "p2", "p3", "p4", "p5"), (3.0, 5.0, 0.004, 3.19, 0.25)
         )
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 200.0, 401))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 200.0, 401))
+    )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: jnp.array([-1.0, -5.0, 3.0]))
+    x0: Float[Array, " 3"] = eqx.field(
+        default_factory=lambda: device_array(np.array([-1.0, -5.0, 3.0]))
+    )
 
     description: ClassVar[str] = "Hindmarsh-Rose neuron, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")

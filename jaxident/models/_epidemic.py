@@ -21,10 +21,12 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._model._base import ODEModel
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 
 
 N_POP = 332.6
@@ -41,7 +43,7 @@ class SIR(ODEModel):
     description: ClassVar = "SIR epidemic, output I (Pearce et al. 2022 family)"
 
     parameters: Parameters = Parameters(["beta", "gamma"], [BETA, GAMMA])
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.arange(31.0))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(np.arange(31.0)))
     t0: float = 0.0
     state_names: ClassVar = ("S", "I", "R")
     output_names: ClassVar = ("I",)
@@ -67,7 +69,7 @@ class SEIR(ODEModel):
     description: ClassVar = "SEIR epidemic, output I (Pearce et al. 2022 family)"
 
     parameters: Parameters = Parameters(["beta", "eta", "gamma"], [BETA, ETA, GAMMA])
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.arange(31.0))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(np.arange(31.0)))
     t0: float = 0.0
     state_names: ClassVar = ("S", "E", "I", "R")
     output_names: ClassVar = ("I",)
@@ -100,7 +102,7 @@ class SVIR(ODEModel):
     description: ClassVar = "SVIR epidemic with vaccination, output I (Pearce et al. 2022)"
 
     parameters: Parameters = Parameters(["beta", "alpha", "nu", "gamma"], [BETA, ALPHA, NU, GAMMA])
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.arange(31.0))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(np.arange(31.0)))
     t0: float = 0.0
     state_names: ClassVar = ("S", "V", "I", "R")
     output_names: ClassVar = ("I",)
@@ -136,7 +138,7 @@ class SEVIR(ODEModel):
     parameters: Parameters = Parameters(
         ["beta", "alpha", "nu", "eta", "gamma"], [BETA, ALPHA, NU, ETA, GAMMA]
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.arange(31.0))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(np.arange(31.0)))
     t0: float = 0.0
     state_names: ClassVar = ("S", "E", "V", "I", "R")
     output_names: ClassVar = ("I",)
@@ -182,7 +184,7 @@ class COVID(ODEModel):
         ["beta", "alpha", "nu", "eta", "gamma", "sigma", "delta", "omega"],
         [BETA, ALPHA, NU, ETA, GAMMA, SIGMA, DELTA, OMEGA],
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.arange(31.0))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(np.arange(31.0)))
     t0: float = 0.0
     state_names: ClassVar = ("S", "E", "V", "A", "I", "H", "R")
     output_names: ClassVar = ("A+I+H",)

@@ -9,6 +9,7 @@ from jaxtyping import Array, Float
 
 from .._model._base import ODEModel
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 
 
 # Fuguitt & Hawkins (1947), as tabulated by Box, Hunter, MacGregor & Erjavec (1973):
@@ -50,7 +51,7 @@ class AlphaPinene(ODEModel):
     parameters: Parameters = Parameters(
         ["p1", "p2", "p3", "p4", "p5"], [5.9256e-5, 2.9632e-5, 2.0450e-5, 2.7473e-4, 4.0073e-5]
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.asarray(ALPHA_PINENE_TIMES))
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: device_array(ALPHA_PINENE_TIMES))
     t0: float = 0.0
     state_names: ClassVar = ("y1", "y2", "y3", "y4", "y5")
     output_names: ClassVar = ("y1", "y2", "y3", "y4", "y5")

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._model._base import AlgebraicModel
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 from .._solve._simulate import simulate
 
 
@@ -101,7 +102,7 @@ class LinearSuperparameterized(AlgebraicModel):
         np.where(np.arange(_TRUE.size) < N_FACTORS, 1000.0, 100.0),
     )
     conditions: Float[Array, "32 31"] = eqx.field(
-        default_factory=lambda: jnp.asarray(orthogonal_design(5))
+        default_factory=lambda: device_array(orthogonal_design(5))
     )
     noise_variance: ClassVar[float] = 0.25
 

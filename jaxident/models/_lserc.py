@@ -15,6 +15,7 @@ from jaxtyping import Array, Float
 from .._model._base import DAEModel, ODEModel
 from .._model._nonsmooth import nabs, nmax, nmid
 from .._model._parameters import Parameters
+from .._runtime._context import device_array
 
 
 class NonsmoothDAEExample(DAEModel):
@@ -37,7 +38,9 @@ class NonsmoothDAEExample(DAEModel):
         [0.1, 30.0, 1.0, -4.0],
         [0.2, 60.0, 2.0, -2.0],
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 1.0, 17))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 1.0, 17))
+    )
     t0: float = 0.0
     state_names: ClassVar = ("x", "w")
     output_names: ClassVar = ("x",)
@@ -90,7 +93,9 @@ class WindTurbine(DAEModel):
     parameters: Parameters = Parameters(
         ["KQi", "KVi", "R", "X", "E"], [0.1, 40.0, 0.02, 0.02987, 1.0164], rel=0.2
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 1.0, 21))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 1.0, 21))
+    )
     t0: float = 0.0
     P: float = 1.0
     Q_cmd: float = 0.6484
@@ -147,7 +152,9 @@ class IVGTT(ODEModel):
         ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "gamma"],
         [291.2, 0.0317, 0.0123, 4.92e-6, 20.0, 60.0, 0.2659, 357.8, 60.0, 7.0, 0.5, 0.05, 5.9],
     )
-    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.0, 180.0, 181))
+    times: Float[Array, " n"] = eqx.field(
+        default_factory=lambda: device_array(np.linspace(0.0, 180.0, 181))
+    )
     t0: float = 0.0
     state_names: ClassVar = ("G", "X", "I")
     output_names: ClassVar = ("I",)

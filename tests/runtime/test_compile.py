@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxident as ji
+from jaxident._runtime._context import device_array
 
 
 _EVENTS = collections.Counter()
@@ -140,3 +141,34 @@ def test_a_second_process_loads_the_compiled_sweep(tmp_path, setting):
         assert second["hits"] > first["hits"]
     else:
         assert first["cache"] is None and second["hits"] == 0
+
+
+def test_device_array_is_asarray_without_a_compilation():
+    """`device_array` (how concrete inputs become JAX arrays on a first answer) gives
+    what `jnp.asarray` gives, dtype and weak type included, and compiles nothing for a
+    NumPy value of a new shape (`jnp.asarray` compiles a small program per shape)."""
+    rng = np.random.default_rng(0)
+    cases = [
+        (rng.normal(size=(3, 7)), None),
+        (rng.integers(0, 5, size=11), None),
+        (rng.normal(size=13) > 0, None),
+        ([1.0, 2.5], None),
+        ([1, 2], float),
+        (np.float64(2.0), None),
+        (True, None),
+        (2.0, None),  # a Python number stays weakly typed
+        (3, float),
+        (jnp.arange(4.0), None),
+    ]
+    for value, dtype in cases:
+        got, want = device_array(value, dtype), jnp.asarray(value, dtype)
+        assert isinstance(got, jax.Array)
+        assert (got.dtype, got.shape, got.weak_type) == (want.dtype, want.shape, want.weak_type)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    fresh = rng.normal(size=(17, 19))  # a shape no other test converts
+    assert _traces(lambda: device_array(fresh)) == 0
+    # under a trace it is jnp.asarray: a tracer in, a tracer out
+    out = jax.jit(lambda x: device_array(x, float) * 2.0)(jnp.arange(3))
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 2.0, 4.0])
+    out = jax.vmap(lambda x: device_array(x) + 1.0)(jnp.ones((2, 3)))
+    np.testing.assert_array_equal(np.asarray(out), np.full((2, 3), 2.0))
