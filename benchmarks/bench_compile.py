@@ -117,6 +117,9 @@ def _readme_command() -> list[str]:
 
 
 _IN_PYTHON = "import jaxident as ji; ji.analyze(ji.models.load('{}'))"
+_IN_PYTHON_PETAB = (
+    "import jaxident as ji; ji.analyze(ji.petab.load(ji.data.petab_problem('boehm')))"
+)
 
 
 def _first_answers(small: list[str]) -> list[tuple[str, list[str]]]:
@@ -129,6 +132,7 @@ def _first_answers(small: list[str]) -> list[tuple[str, list[str]]]:
     cases.append(
         (f"python: ji.analyze({small[0]})", [sys.executable, "-c", _IN_PYTHON.format(small[0])])
     )
+    cases.append(("python: ji.analyze(boehm)", [sys.executable, "-c", _IN_PYTHON_PETAB]))
     return cases
 
 

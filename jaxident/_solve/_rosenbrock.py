@@ -175,6 +175,11 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
 
     The right-hand side must be differentiable in the state: use an ESDIRK method for
     nonsmooth models (`nabs`, `nmax`, ...).
+
+    `unroll`: the six stages written out (`True`: each compiled on its own, the fastest
+    single solves) or as a loop (`False`: the right-hand side compiled once, the shortest
+    compilation; `ji.analyze` asks for it for its few solves); by default written out
+    where the right-hand side with its tangents is a small program.
     """
 
     term_structure: ClassVar = diffrax.ODETerm
@@ -189,6 +194,11 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
     state_field: Callable | None = eqx.field(static=True, default=None, repr=False)
     # the step as one jitted function, set by `traced_once` for one solve
     step_once: Callable | None = eqx.field(static=True, default=None, repr=False)
+    # the six stages written out (`True`: each stage compiled on its own, the fastest
+    # single solves) or a loop of them (`False`: the right-hand side compiled once, the
+    # shortest compilation, for an answer computed once); `None`: written out where the
+    # right-hand side with its tangents is a small program (`_UNROLL_EQUATIONS`)
+    unroll: bool | None = eqx.field(static=True, default=None)
 
     def order(self, terms):
         return 4
@@ -254,7 +264,8 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
         # 0.6x; Fujita (712) 1.0x, 0.9x, 0.48x; Zheng (2,252) 1.07x, 1.0x, 0.42x. The
         # count does not grow with the number of directions (they are a vmap).
         size = len(rhs.eqns)
-        stages = _unrolled if size <= _UNROLL_EQUATIONS else _looped
+        unroll = size <= _UNROLL_EQUATIONS if self.unroll is None else self.unroll
+        stages = _unrolled if unroll else _looped
         y1, y_error = stages(f, t0, h, y0, ft, solve)
         y1 = jax.tree.map(lambda a, b: jnp.where(zero, a, b), y0, y1)
         y_error = jax.tree.map(lambda e: jnp.where(zero, jnp.zeros_like(e), e), y_error)

@@ -14,6 +14,7 @@ import pytest
 import jaxident as ji
 from jaxident import cli
 from jaxident._linalg._covariance import marginal, principal_directions
+from jaxident._report._analyze import _for_one_answer
 
 
 class Product(ji.ODEModel):
@@ -568,3 +569,27 @@ def test_the_default_rule_given_by_hand_decides_at_the_accuracy():
     rep = ji.analyze(Product(), sigma=0.01, rank=ji.RelativeTolerance())
     assert "accuracy of S" in rep.rank_rule
     assert "accuracy of S" in rep.selection.rank_description
+
+
+def test_the_reports_solves_loop_the_rosenbrock_stages():
+    """The report's few solves are compiled for an answer computed once: a Rosenbrock
+    solver's stages as a loop where the choice was left to it (the shortest
+    compilation); a solver's own choice is kept, other solvers are untouched, and the
+    report is the one the written-out stages give."""
+    left = ji.Integrator(ji.Rodas4(), rtol=1e-9, atol=1e-11)
+    assert _for_one_answer(left).solver.unroll is False
+    assert (_for_one_answer(left).rtol, _for_one_answer(left).atol) == (1e-9, 1e-11)
+    mine = ji.Integrator(ji.Rodas4(unroll=True))
+    assert _for_one_answer(mine) is mine
+    tsit = ji.models.load("sir").integrator
+    assert _for_one_answer(tsit) is tsit
+    problem = ji.petab.load(ji.data.petab_problem("perelson"))
+    base = problem.model.integrator
+    assert isinstance(base.solver, ji.Rodas4) and base.solver.unroll is None
+    looped = ji.analyze(problem)
+    unrolled = ji.analyze(
+        problem, integrator=ji.Integrator(ji.Rodas4(unroll=True), rtol=base.rtol, atol=base.atol)
+    )
+    assert (looped.rank, looped.non_identifiable) == (unrolled.rank, unrolled.non_identifiable)
+    np.testing.assert_allclose(looped.std, unrolled.std, rtol=1e-6)
+    np.testing.assert_allclose(looped.singular_values, unrolled.singular_values, rtol=1e-6)

@@ -174,6 +174,25 @@ def test_looped_stages_equal_unrolled(monkeypatch):
     np.testing.assert_allclose(np.asarray(looped.ys), np.asarray(unrolled.ys), rtol=1e-12)
 
 
+def test_the_stages_are_looped_or_unrolled_as_asked():
+    """`ji.Rodas4(unroll=False)` (a loop of the stages: the shortest compilation, as
+    `jaxident analyze` asks for its report) is the same method as `unroll=True`, to
+    rounding, under `jit` and `vmap`; the default writes out Robertson's small
+    right-hand side."""
+    k = jnp.array([0.04, 3e7, 1e4])
+    unrolled = _robertson_to_10(ji.Rodas4(unroll=True), k)
+    looped = _robertson_to_10(ji.Rodas4(unroll=False), k)
+    default = _robertson_to_10(ji.Rodas4(), k)
+    assert int(looped.stats["num_steps"]) == int(unrolled.stats["num_steps"])
+    np.testing.assert_allclose(np.asarray(looped.ys), np.asarray(unrolled.ys), rtol=1e-12)
+    np.testing.assert_array_equal(np.asarray(default.ys), np.asarray(unrolled.ys))
+    ks = jnp.stack([k, k * jnp.array([1.0, 2.0, 0.5])])
+    batched = jax.jit(jax.vmap(lambda kk: _robertson_to_10(ji.Rodas4(unroll=False), kk).ys))(ks)
+    np.testing.assert_allclose(np.asarray(batched[0]), np.asarray(looped.ys), rtol=1e-12)
+    other = _robertson_to_10(ji.Rodas4(unroll=True), ks[1])
+    np.testing.assert_allclose(np.asarray(batched[1]), np.asarray(other.ys), rtol=1e-12)
+
+
 def test_step_traced_once_same_solution_and_gradient(monkeypatch):
     """Inside `traced_once` diffrax's three traces of a step reuse one; the solution and
     its gradient (the backward pass traced after the context) are the plain solver's,
