@@ -346,7 +346,6 @@ def _flagged_intervals(args, problem, theta, rep) -> list:
 
 def _analyze_problem(args, problem) -> int:
     import jaxident as ji
-    from jaxident._runtime._config import answering_once
 
     if args.samples:
         raise _UsageError(
@@ -371,15 +370,14 @@ def _analyze_problem(args, problem) -> int:
         )
     else:
         print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
-    with answering_once():  # this process ends with the answer: compile for it
-        rep = ji.analyze(
-            problem,
-            theta,
-            method=_method(args),
-            rank=_rank(args),
-            threshold=args.threshold,
-            integrator=_integrator(problem.model, args.solver_rtol),
-        )
+    rep = ji.analyze(  # (its solves compiled for an answer computed once: ji.analyze's own)
+        problem,
+        theta,
+        method=_method(args),
+        rank=_rank(args),
+        threshold=args.threshold,
+        integrator=_integrator(problem.model, args.solver_rtol),
+    )
     print(rep)
     if args.fit:
         report["intervals"] = _flagged_intervals(args, problem, theta, rep)
@@ -453,7 +451,6 @@ def cmd_analyze(args) -> int:
 
     import jaxident as ji
     from jaxident._model._checks import n_outputs
-    from jaxident._runtime._config import answering_once
 
     # a fit estimates every parameter the PEtab file estimates, noise ones included
     model = load_target(args.model, estimate_noise=bool(args.fit))
@@ -489,15 +486,9 @@ def cmd_analyze(args) -> int:
     about = ji.models.available().get(args.model.lower(), model.description or args.model)
     print(f"{title}: {about}")
     n_rows = len(np.asarray(model.times)) * n_outputs(model)
-    with answering_once():
-        rep = ji.analyze(
-            model,
-            method=method,
-            rank=rank,
-            threshold=args.threshold,
-            integrator=integrator,
-            name=title,
-        )
+    rep = ji.analyze(
+        model, method=method, rank=rank, threshold=args.threshold, integrator=integrator, name=title
+    )
     sel = rep.selection if sel is None else sel
     print(f"S: {n_rows} rows (times x outputs), {p} parameters, scale={args.scale}")
     print(sel)

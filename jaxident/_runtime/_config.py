@@ -138,9 +138,10 @@ _ANSWERING_ONCE = [False]
 @contextlib.contextmanager
 def answering_once():
     """Within it, the solves that answer once (a sensitivity matrix, a prediction; not
-    a fit's or a sweep's) compile without LLVM's passes as well: for a
-    process that ends with its answer (`jaxident analyze`), where compiling them faster
-    (Zheng's sensitivity 9.1 s instead of 11.2 s) outweighs running them slower."""
+    a fit's or a sweep's) compile without LLVM's passes as well: for a report's few
+    solves (`ji.analyze`, which enters it itself) or a process that ends with its answer
+    (`jaxident analyze`), where compiling them faster (Zheng's sensitivity 9.1 s instead
+    of 11.2 s) outweighs running them slower."""
     before = _ANSWERING_ONCE[0]
     _ANSWERING_ONCE[0] = True
     try:

@@ -593,3 +593,23 @@ def test_the_reports_solves_loop_the_rosenbrock_stages():
     assert (looped.rank, looped.non_identifiable) == (unrolled.rank, unrolled.non_identifiable)
     np.testing.assert_allclose(looped.std, unrolled.std, rtol=1e-6)
     np.testing.assert_allclose(looped.singular_values, unrolled.singular_values, rtol=1e-6)
+
+
+def test_the_reports_solves_compile_without_llvm_passes(monkeypatch):
+    """`ji.analyze` enters `answering_once` itself around its solves (the command line
+    relies on it): each sensitivity it solves is compiled as an answer computed once,
+    and the flag is off again afterwards."""
+    from jaxident._report import _analyze
+    from jaxident._runtime import _config
+
+    seen = []
+
+    def recorded(*args, **kwargs):
+        seen.append(_config.solve_optimized())
+        return solve(*args, **kwargs)
+
+    solve = _analyze.problem_sensitivity
+    monkeypatch.setattr(_analyze, "problem_sensitivity", recorded)
+    ji.analyze(ji.models.load("sir"))
+    assert seen and not any(seen)
+    assert _config.solve_optimized()
