@@ -152,7 +152,9 @@ def _compiled_for(fn, okfn, first, mesh, vmap_size=None):
     n_dev = mesh.size
     per_device = jax.tree.leaves(first)[0].shape[0] // n_dev
     lanes = _lanes(vmap_size, platform, per_device)
-    key = (static, _signature(arrays), _signature(first), mesh, lanes)
+    # (a program asked to vmap is keyed apart from the rule's, which may map one sample
+    # at a time: below)
+    key = (static, _signature(arrays), _signature(first), mesh, lanes, vmap_size is None)
     try:
         hash(key)
     except TypeError:  # a static part that cannot be hashed: compile every time

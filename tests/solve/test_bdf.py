@@ -247,7 +247,8 @@ def test_pollution_against_the_test_sets_solution_and_finite_differences():
 def test_a_sweep_runs_its_samples_one_at_a_time_and_equal_to_single_calls():
     """A program that integrates with ji.BDF is recognised from its jaxpr even where its
     solve was traced before (a Rodas4 one is not); a sweep's default lanes then give
-    way to one sample at a time, no vmap, with the single calls' results."""
+    way to one sample at a time, no vmap, with the single calls' results; a `vmap_size`
+    still vmaps."""
     model = Hires()
     integ = ji.Integrator(ji.BDF(), rtol=1e-8, atol=1e-12)
     f = jax.jit(lambda p: ji.sensitivity_matrix(model, p, integrator=integ))
@@ -269,12 +270,15 @@ def test_a_sweep_runs_its_samples_one_at_a_time_and_equal_to_single_calls():
         return jax.pure_callback(seen, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
                                  vmap_method="expand_dims")  # fmt: skip
 
-    res = ji.sweep(lambda p: f(probe(p)), samples, progress=False)
+    g = lambda p: f(probe(p))  # noqa: E731
+    res = ji.sweep(g, samples, progress=False)
     assert res.n_failed == 0 and shapes == [th.shape] * 3
     np.testing.assert_allclose(np.asarray(res.values), singles, rtol=1e-12, atol=1e-15)
     shapes.clear()
-    ji.sweep(lambda p: f(probe(p)), samples, progress=False, vmap_size=3)
-    assert shapes == [(1, 3, th.size)]  # a vmap where one is asked for (devices, lanes)
+    # a vmap where one is asked for (devices, lanes), also for the same function, whose
+    # program of one sample at a time is kept from the call before
+    ji.sweep(g, samples, progress=False, vmap_size=3)
+    assert shapes == [(1, 3, th.size)]
 
 
 def test_a_declared_sparsity_colours_the_jacobian():
