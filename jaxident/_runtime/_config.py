@@ -17,9 +17,11 @@
   so that a second process does not trace them either.
 - On a CPU, jaxident's own compiled programs (the entry points' kernels and the sweeps)
   are compiled without XLA's fusion emitters (`compiler_options`), where this XLA knows
-  the option: 20-40% less compilation. Nothing process-wide is changed for that.
-  `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's default (for a long CPU sweep of a large
-  model, whose run time it can shorten by 5-10%). The column selections are compiled
+  the option: 20-40% less compilation, and without YNNPACK's fusions of reductions
+  (its products stay): a large SBML model's sums of fluxes run 10-13% faster. Nothing
+  process-wide is changed for that. `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion
+  emitters (for a long CPU sweep of a large model, whose run time they can shorten by
+  5-10%). The column selections are compiled
   without LLVM's optimization passes besides (half the compilation, the same run time);
   `JAXIDENT_OPTIMIZE=1` optimizes them too.
 - Fits run on the host's CPU where JAX's default backend is another (a GPU): a fit is a
@@ -86,7 +88,18 @@ _enable_cache()
 # 14 s instead of 21-23 s, and its sweep in 19-20 s instead of 28-33 s; run time ranges
 # from 10-16% faster (Boehm, 1,000 sensitivity samples in a sweep) to 5-10% slower
 # (E. coli's sensitivity, one call or a sweep).
-_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+#
+# YNNPACK's products stay, its fusions of reductions do not: a large SBML model's rolled
+# right-hand side sums its fluxes into the states (`jnp.sum(coeffs * flux[cols], axis=1)`
+# in `_io/_sbml._rolled`), which XLA hands to YNNPACK as reduction fusions, slower there
+# than its own loops: SalazarCavazos' sensitivity call (75 states) 335-354 -> 303-320 ms,
+# Chen's (500 states, 155 parameters) 195 -> 172 s, its peak memory 1.39 -> 1.31 GB; the
+# small problems' single calls and sweeps unchanged (Boehm, Fujita, Schwen, Zheng, within
+# 3%). (Without any YNNPACK fusion, products included, Chen's call took over twice as long.)
+_CPU_OPTIONS = {
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT",
+}
 
 
 def _known(options: dict) -> bool:
@@ -100,10 +113,15 @@ def _known(options: dict) -> bool:
 
 @functools.cache
 def _cpu_options() -> dict | None:
-    """`_CPU_OPTIONS` if this XLA knows them, unless `JAXIDENT_FUSION_EMITTERS=1`."""
+    """The options of `_CPU_OPTIONS` that this XLA knows (each tried alone where it
+    does not know them all), the fusion emitters' left out where
+    `JAXIDENT_FUSION_EMITTERS=1`."""
+    options = dict(_CPU_OPTIONS)
     if os.environ.get("JAXIDENT_FUSION_EMITTERS", "") == "1":
-        return None
-    return _CPU_OPTIONS if _known(_CPU_OPTIONS) else None
+        options.pop("xla_cpu_use_fusion_emitters")
+    if not _known(options):
+        options = {k: v for k, v in options.items() if _known({k: v})}
+    return options or None
 
 
 # The column selections (strong RRQR and the others: short loops of small linear
