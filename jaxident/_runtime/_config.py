@@ -94,8 +94,12 @@ _enable_cache()
 # in `_io/_sbml._rolled`), which XLA hands to YNNPACK as reduction fusions, slower there
 # than its own loops: SalazarCavazos' sensitivity call (75 states) 335-354 -> 303-320 ms,
 # Chen's (500 states, 155 parameters) 195 -> 172 s, its peak memory 1.39 -> 1.31 GB; the
-# small problems' single calls and sweeps unchanged (Boehm, Fujita, Schwen, Zheng, within
-# 3%). (Without any YNNPACK fusion, products included, Chen's call took over twice as long.)
+# small PEtab problems' single calls and sweeps unchanged (Boehm, Fujita, Schwen, Zheng,
+# within 3%); E. coli's sensitivity sweep (18 states, 121 parameters) 5% slower a sample
+# (801-822 -> 855-857 ms), its single call 1-2%. A choice per program (these fusions
+# off only where a rolled right-hand side is traced) is not built: the options are
+# chosen before the trace. (Without any YNNPACK fusion, products included, Chen's call
+# took over twice as long.)
 _CPU_OPTIONS = {
     "xla_cpu_use_fusion_emitters": False,
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT",
