@@ -18,7 +18,8 @@
 - On a CPU, jaxident's own compiled programs (the entry points' kernels and the sweeps)
   are compiled without XLA's fusion emitters (`compiler_options`), where this XLA knows
   the option: 20-40% less compilation, and without YNNPACK's fusions of reductions
-  (its products stay): a large SBML model's sums of fluxes run 10-13% faster. Nothing
+  (its products stay): a large SBML model's sums of fluxes run 10-13% faster (E. coli's
+  sweep 5% slower). Nothing
   process-wide is changed for that. `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion
   emitters (for a long CPU sweep of a large model, whose run time they can shorten by
   5-10%). The column selections are compiled
