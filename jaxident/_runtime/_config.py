@@ -19,12 +19,11 @@
   are compiled without XLA's fusion emitters (`compiler_options`), where this XLA knows
   the option: 20-40% less compilation, and without YNNPACK's fusions of reductions
   (its products stay): a large SBML model's sums of fluxes run 10-13% faster (E. coli's
-  sweep 5% slower). Nothing
-  process-wide is changed for that. `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion
-  emitters (for a long CPU sweep of a large model, whose run time they can shorten by
-  5-10%). The column selections are compiled
-  without LLVM's optimization passes besides (half the compilation, the same run time);
-  `JAXIDENT_OPTIMIZE=1` optimizes them too.
+  sweep 5% slower). Nothing process-wide is changed for that.
+  `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion emitters (for a long CPU sweep of a
+  large model, whose run time they can shorten by 5-10%). The column selections are
+  compiled without LLVM's optimization passes besides (half the compilation, the same
+  run time); `JAXIDENT_OPTIMIZE=1` optimizes them too.
 - Fits run on the host's CPU where JAX's default backend is another (a GPU): a fit is a
   chain of small solves, each a few hundred solver steps long, and on an H100 a Boehm
   start took 23 s against 1.4 s on the CPU (benchmarks/README.md, "On a GPU").
