@@ -191,9 +191,8 @@ def jaxident_rows(problem, samples, lanes, integrator=None, reps=20, single_only
     out["first_call_s"] = time.perf_counter() - t
     out["single_s"] = _times(lambda: fn(th0), reps)
     # ... and as a user calls it: the kept kernel, with its checks on the host
-    direct = lambda: ji.predict(problem, th0, jacobian=True, integrator=integrator).jacobian  # noqa: E731
-    jax.block_until_ready(direct())
-    out["single_direct_s"] = _times(direct, reps)
+    jax.block_until_ready(sensitivities(th0))
+    out["single_direct_s"] = _times(lambda: sensitivities(th0), reps)
     pred = ji.predict(problem, th0, jacobian=True, integrator=integrator)
     out["steps"] = np.asarray(pred.steps).tolist()
     out["columns_per_condition"] = [len(c) for c in problem.columns]

@@ -47,9 +47,7 @@ class Colpitts(ODEModel):
         default_factory=lambda: device_array(np.linspace(0.0, 20.0, 401))
     )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(
-        default_factory=lambda: device_array(np.array([0.1, 0.1, 0.1]))
-    )
+    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: device_array([0.1, 0.1, 0.1]))
 
     description: ClassVar[str] = "Colpitts oscillator, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
@@ -90,9 +88,7 @@ class Rossler(ODEModel):
         default_factory=lambda: device_array(np.linspace(0.0, 20.0, 401))
     )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(
-        default_factory=lambda: device_array(np.array([1.0, 1.0, 0.1]))
-    )
+    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: device_array([1.0, 1.0, 0.1]))
 
     description: ClassVar[str] = "Rossler system, output x2 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")
@@ -131,9 +127,7 @@ class HindmarshRose(ODEModel):
         default_factory=lambda: device_array(np.linspace(0.0, 200.0, 401))
     )
     t0: float = 0.0
-    x0: Float[Array, " 3"] = eqx.field(
-        default_factory=lambda: device_array(np.array([-1.0, -5.0, 3.0]))
-    )
+    x0: Float[Array, " 3"] = eqx.field(default_factory=lambda: device_array([-1.0, -5.0, 3.0]))
 
     description: ClassVar[str] = "Hindmarsh-Rose neuron, output x1 (Schumann-Bischoff 2016)"
     state_names: ClassVar = ("x1", "x2", "x3")

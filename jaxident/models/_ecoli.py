@@ -104,25 +104,23 @@ class EcoliChassagnole(ODEModel):
     parameters: Parameters = Parameters(_NAMES, _NOMINAL, _NOMINAL / 10.0, _NOMINAL * 10.0)
     times: Float[Array, " n"] = eqx.field(
         default_factory=lambda: device_array(
-            np.array(
-                [
-                    1.0,
-                    2.0,
-                    4.0,
-                    6.0,
-                    10.0,
-                    15.0,
-                    20.0,
-                    30.0,
-                    45.0,
-                    60.0,
-                    90.0,
-                    120.0,
-                    180.0,
-                    240.0,
-                    300.0,
-                ]
-            )
+            [
+                1.0,
+                2.0,
+                4.0,
+                6.0,
+                10.0,
+                15.0,
+                20.0,
+                30.0,
+                45.0,
+                60.0,
+                90.0,
+                120.0,
+                180.0,
+                240.0,
+                300.0,
+            ]
         )
     )
     t0: float = 0.0
