@@ -170,6 +170,38 @@ def _peak_memory_gb() -> float | None:
     return int(hwm[0].split()[1]) / 1e6 if hwm else None
 
 
+# one direct sensitivity call at the nominal values in a process of its own, as a user
+# makes it (the kept kernel compiled from an empty cache folder); its peak memory is what
+# AMICI's one-call process is compared with (this process's `peak_memory_gb` also holds
+# the jitted program, the direct one and the sweeps)
+ONE_CALL_SCRIPT = """
+import json, sys
+import jax.numpy as jnp
+import jaxident as ji
+problem = ji.petab.load(sys.argv[1])
+solver = {"rodas4": ji.Rodas4, "bdf": ji.BDF}.get(sys.argv[2])
+base = problem.model.integrator
+integrator = None if solver is None else ji.Integrator(
+    solver(), rtol=base.rtol, atol=base.atol, max_steps=base.max_steps)
+pred = ji.predict(problem, jnp.asarray(problem.parameters.nominal), jacobian=True,
+                  integrator=integrator)
+assert bool(pred.ok.all())
+hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
+print(json.dumps({"one_call_peak_memory_gb": int(hwm[0].split()[1]) / 1e6 if hwm else None}))
+"""
+
+
+def one_call_memory(yaml_path: str, solver: str) -> dict:
+    """`ONE_CALL_SCRIPT`'s peak memory, or why it failed."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "JAXIDENT_CACHE": cache}
+        proc = subprocess.run([sys.executable, "-c", ONE_CALL_SCRIPT, yaml_path, solver],
+                              capture_output=True, text=True, env=env)  # fmt: skip
+    if proc.returncode:
+        return {"one_call_peak_memory_gb": f"failed: {proc.stderr[-800:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def jaxident_rows(problem, samples, lanes, integrator=None, reps=20, single_only=False) -> dict:
     import jax
     import jax.numpy as jnp
@@ -396,6 +428,7 @@ def main():
         row = {"conditions": problem.n_experiments, "parameters": problem.parameters.p,
                "solver": args.solver}  # fmt: skip
         row.update(jaxident_rows(problem, samples, lanes, integrator, args.reps, args.single_only))
+        row.update(one_call_memory(yaml_path, args.solver))
         row.update(amici_rows(problem, samples, args.amici_python, yaml_path, args.reps,
                               args.single_only))  # fmt: skip
         if not args.no_analyze:
@@ -417,6 +450,9 @@ def main():
                 row[f"single direct call: AMICI ({mode}) / jaxident"] = (
                     peer["single_s"]["min"] / row["single_direct_s"]["min"]
                 )
+        ours_memory, peer_memory = row["one_call_peak_memory_gb"], row.get("amici_peak_memory_gb")
+        if isinstance(ours_memory, float) and isinstance(peer_memory, float):
+            row["peak memory of a one-call process: jaxident / AMICI"] = ours_memory / peer_memory
         if ours_sweep is not None:
             row["sweep per sample / single call"] = ours_sweep / ours_single
         res[name] = row

@@ -363,3 +363,76 @@ def test_newton_matrix_solves_against_numpy(n):
     R = rng.normal(size=(3, n))
     batched = jax.vmap(solve, in_axes=(None, 0))(lu, R)
     np.testing.assert_allclose(batched, np.linalg.solve(A, R.T).T, rtol=1e-10, atol=1e-12)
+
+
+def _loops_with(jaxpr, primitive: str) -> list[bool]:
+    """For each `while` loop of `jaxpr` (nested ones included, in order), whether its
+    body evaluates `primitive`."""
+
+    def subjaxprs(eqn):
+        for v in eqn.params.values():
+            for j in v if isinstance(v, (list, tuple)) else [v]:
+                if isinstance(j, jax.extend.core.ClosedJaxpr):
+                    yield j.jaxpr
+                elif isinstance(j, jax.extend.core.Jaxpr):
+                    yield j
+
+    def has(j) -> bool:
+        return any(e.primitive.name == primitive or any(has(s) for s in subjaxprs(e))
+                   for e in j.eqns)  # fmt: skip
+
+    out = []
+
+    def walk(j):
+        for e in j.eqns:
+            if e.primitive.name == "while":
+                out.append(has(e.params["body_jaxpr"].jaxpr))
+            for s in subjaxprs(e):
+                walk(s)
+
+    walk(jaxpr)
+    return out
+
+
+def test_tangents_iterate_on_the_linearized_field():
+    """The staggered corrector: the state's Newton iteration evaluates the rates (`exp`)
+    at every iteration, the tangents' (affine in the columns) only their linearization at
+    the prediction, so that no iteration recomputes the rates and no rounding of the
+    full field stalls it; the corrected tangents solve `(I - c J) Z = Z_pred - psi + c
+    f_theta` as NumPy does."""
+    from jaxident._model._nonsmooth import ld_jvp
+
+    def f(t, z, th):
+        return -th[0] * jnp.exp(z) + th[1] * jnp.roll(z, 1)
+
+    def field(t, state, args):
+        z, Z = state
+        th, Ms = args
+        return ld_jvp(lambda zz, pp: f(t, zz, pp), (z, th), (Z, Ms))
+
+    n, p = 3, 2
+    th, Ms = jnp.array([0.5, 2.0]), jnp.eye(2)
+    z_pred = jnp.array([0.1, 0.2, 0.3])
+    Z_pred = jnp.linspace(-0.3, 0.4, n * p)
+    psi = jnp.linspace(0.01, 0.02, n + n * p)
+    c, rtol, atol = 0.05, 1e-6, 1e-9
+    J = jax.jacfwd(lambda z: f(0.0, z, th))(z_pred)
+    lu = _bdf._lu_factor(None, J, c)
+
+    def corrector(u_pred):
+        with jax.numpy_dtype_promotion("standard"):  # as the solver runs it
+            return _bdf._staggered_corrector(
+                field, lambda t, z, a: f(t, z, a[0]), (th, Ms), n, p, rtol, atol, 1e-4,
+                None, 0.0, u_pred, psi, c, 1.0, lu, 1.0)  # fmt: skip
+
+    u_pred = jnp.concatenate([z_pred, Z_pred])
+    jaxpr = jax.make_jaxpr(corrector)(u_pred).jaxpr
+    assert _loops_with(jaxpr, "exp") == [True, False]
+    u, d, conv, _, _ = jax.jit(corrector)(u_pred)
+    assert bool(conv)
+    z = np.asarray(u[:n])
+    Jz = np.asarray(jax.jacfwd(lambda zz: f(0.0, zz, th))(jnp.asarray(z)))
+    f_th = np.asarray(jax.jacfwd(lambda pp: f(0.0, jnp.asarray(z), pp))(th))
+    rhs = np.asarray(Z_pred).reshape(n, p) - np.asarray(psi[n:]).reshape(n, p) + c * f_th
+    ref = np.linalg.solve(np.eye(n) - c * Jz, rhs)
+    np.testing.assert_allclose(np.asarray(u[n:]).reshape(n, p), ref, rtol=1e-9, atol=1e-11)
