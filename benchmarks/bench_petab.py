@@ -178,23 +178,33 @@ ONE_CALL_SCRIPT = """
 import json, sys
 import jax.numpy as jnp
 import jaxident as ji
+from bench_petab import _peak_memory_gb, integrator_for
 problem = ji.petab.load(sys.argv[1])
-solver = {"rodas4": ji.Rodas4, "bdf": ji.BDF}.get(sys.argv[2])
-base = problem.model.integrator
-integrator = None if solver is None else ji.Integrator(
-    solver(), rtol=base.rtol, atol=base.atol, max_steps=base.max_steps)
 pred = ji.predict(problem, jnp.asarray(problem.parameters.nominal), jacobian=True,
-                  integrator=integrator)
+                  integrator=integrator_for(problem, sys.argv[2]))
 assert bool(pred.ok.all())
-hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM")]
-print(json.dumps({"one_call_peak_memory_gb": int(hwm[0].split()[1]) / 1e6 if hwm else None}))
+print(json.dumps({"one_call_peak_memory_gb": _peak_memory_gb()}))
 """
+
+
+def integrator_for(problem, solver: str):
+    """The problem's own integrator (`None`) for `solver == "model"`, else its
+    tolerances and step cap with `ji.Rodas4()` or `ji.BDF()`."""
+    import jaxident as ji
+
+    if solver == "model":
+        return None
+    base = problem.model.integrator
+    return ji.Integrator(ji.Rodas4() if solver == "rodas4" else ji.BDF(), rtol=base.rtol,
+                         atol=base.atol, max_steps=base.max_steps)  # fmt: skip
 
 
 def one_call_memory(yaml_path: str, solver: str) -> dict:
     """`ONE_CALL_SCRIPT`'s peak memory, or why it failed."""
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "JAXIDENT_CACHE": cache}
+        here = str(pathlib.Path(__file__).parent)
+        env = {**os.environ, "JAXIDENT_CACHE": cache,
+               "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
         proc = subprocess.run([sys.executable, "-c", ONE_CALL_SCRIPT, yaml_path, solver],
                               capture_output=True, text=True, env=env)  # fmt: skip
     if proc.returncode:
@@ -418,12 +428,7 @@ def main():
     for name in args.problems:
         yaml_path = problem_yaml(name)
         problem = ji.petab.load(yaml_path)
-        integrator = None
-        if args.solver != "model":
-            base = problem.model.integrator
-            solver = ji.Rodas4() if args.solver == "rodas4" else ji.BDF()
-            integrator = ji.Integrator(solver, rtol=base.rtol, atol=base.atol,
-                                       max_steps=base.max_steps)  # fmt: skip
+        integrator = integrator_for(problem, args.solver)
         samples = samples_for(problem, args.n)
         row = {"conditions": problem.n_experiments, "parameters": problem.parameters.p,
                "solver": args.solver}  # fmt: skip
