@@ -80,9 +80,9 @@ class BDF(diffrax.AbstractAdaptiveSolver):
 
     With error-controlled sensitivities (`ji.SensitivityEquations()`, the default) the
     tangents are in the Newton iteration and in the error test, and share the state's
-    factorization; their equations, linear in the tangents, are linearized once a step
-    (the rates and their partial derivatives evaluated once), not evaluated anew at
-    each iteration.
+    factorization; their equations, linear in the tangents, are linearized once per
+    attempted step (the rates and their partial derivatives evaluated once), not
+    evaluated anew at each iteration.
 
     Within jaxident only (it integrates a whole span itself, with its own step-size and
     order selection and a dense output between its steps): not a solver to hand to

@@ -14,6 +14,7 @@ from scipy.integrate import solve_ivp
 
 import jaxident as ji
 from jaxident._linalg._sparse_lu import sparse_lu_plan
+from jaxident._model._nonsmooth import ld_jvp
 from jaxident._solve import _bdf
 from jaxident._solve._bdf import _coloring, _jacobian, integrates_by_span, with_sparsity
 
@@ -397,10 +398,8 @@ def _loops_with(jaxpr, primitive: str) -> list[bool]:
 def test_tangents_iterate_on_the_linearized_field():
     """The staggered corrector: the state's Newton iteration evaluates the rates (`exp`)
     at every iteration, the tangents' (affine in the columns) only their linearization at
-    the prediction, so that no iteration recomputes the rates and no rounding of the
-    full field stalls it; the corrected tangents solve `(I - c J) Z = Z_pred - psi + c
+    the prediction, outside the loop; the corrected tangents solve `(I - c J) Z = Z_pred - psi + c
     f_theta` as NumPy does."""
-    from jaxident._model._nonsmooth import ld_jvp
 
     def f(t, z, th):
         return -th[0] * jnp.exp(z) + th[1] * jnp.roll(z, 1)
