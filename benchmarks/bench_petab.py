@@ -202,9 +202,10 @@ def integrator_for(problem, solver: str):
 def one_call_memory(yaml_path: str, solver: str) -> dict:
     """`ONE_CALL_SCRIPT`'s peak memory, or why it failed."""
     with tempfile.TemporaryDirectory() as cache:
-        here = str(pathlib.Path(__file__).parent)
+        # the script imports this module's helpers from its folder
+        path = [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "JAXIDENT_CACHE": cache,
-               "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+               "PYTHONPATH": os.pathsep.join(p for p in path if p)}  # fmt: skip
         proc = subprocess.run([sys.executable, "-c", ONE_CALL_SCRIPT, yaml_path, solver],
                               capture_output=True, text=True, env=env)  # fmt: skip
     if proc.returncode:

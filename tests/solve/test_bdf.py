@@ -398,8 +398,8 @@ def _loops_with(jaxpr, primitive: str) -> list[bool]:
 def test_tangents_iterate_on_the_linearized_field():
     """The staggered corrector: the state's Newton iteration evaluates the rates (`exp`)
     at every iteration, the tangents' (affine in the columns) only their linearization at
-    the prediction, outside the loop; the corrected tangents solve `(I - c J) Z = Z_pred - psi + c
-    f_theta` as NumPy does."""
+    the prediction, outside the loop; the corrected tangents solve
+    `(I - c J) Z = Z_pred - psi + c f_theta` as NumPy does."""
 
     def f(t, z, th):
         return -th[0] * jnp.exp(z) + th[1] * jnp.roll(z, 1)
