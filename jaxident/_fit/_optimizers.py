@@ -179,6 +179,13 @@ class Fides(AbstractOptimizer):
 
         def fun(x):
             f, g, H = objective(problem, full(x), integrator, derivatives=True, inner=inner)
+            if not np.isfinite(f):
+                # fides tests its convergence at every trial point, rejected or not: a
+                # point where the model cannot be solved must not pass for a flat one
+                # (its zero gradient stopped fits there as converged); NaN, as
+                # pyPESTO's objective gives fides for a failed simulation
+                k = int(free.sum())
+                return np.inf, np.full(k, np.nan), np.full((k, k), np.nan)
             return float(f), g[free], H[np.ix_(free, free)]
 
         options = {fides.Options.MAXITER: int(max_steps), **_options(fides, self.options)}
@@ -186,7 +193,10 @@ class Fides(AbstractOptimizer):
         opt = fides.Optimizer(fun, ub=upper[free], lb=lower[free], verbose=logging.ERROR,
                               options=options, hessian_update=hessian)  # fmt: skip
         try:
-            opt.minimize(base[free])
+            # (fides' trust-region subproblem meets NaN and inf at tiny radii and rejects
+            # those steps itself; NumPy's warnings about them are not the user's)
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                opt.minimize(base[free])
         except RuntimeError:  # the objective is not finite at the start
             failed = optx.RESULTS.nonlinear_divergence
             nan = np.full((base.size, base.size), np.nan)

@@ -109,6 +109,29 @@ def test_a_start_where_the_model_fails(monkeypatch):
         ji.estimate(problem, starts=2, progress=False, optimizer=ji.Fides())
 
 
+def test_a_trial_point_where_the_model_fails_does_not_end_the_fit(monkeypatch):
+    """fides tests its convergence at every trial point, rejected or not. The objective
+    gives `inf` and zeros where the model cannot be solved; that zero gradient stopped
+    the fit there as converged (fides' GTOL: Crauste's starts ended 55-120 units of
+    -log L above where pyPESTO's fides went on to). Here the first trial point fails:
+    the fit goes on to SciPy's optimum."""
+    t, y, problem = _decay_problem()
+    real, calls = _optimizers.objective, []
+
+    def failing_once(problem, theta, integrator, derivatives, inner=None):
+        calls.append(derivatives)
+        if derivatives and calls.count(True) == 2:  # the first trial point
+            return np.inf, np.zeros(2), np.zeros((2, 2))
+        return real(problem, theta, integrator, derivatives, inner=inner)
+
+    monkeypatch.setattr(_optimizers, "objective", failing_once)
+    fit = ji.estimate(problem, theta0=[1.5, 3.0], starts=None, progress=False,
+                      optimizer=ji.Fides())  # fmt: skip
+    assert calls.count(True) > 3
+    np.testing.assert_allclose(np.asarray(fit.theta), _least_squares(t, y, [0.5, 1.0]),
+                               rtol=1e-6)  # fmt: skip
+
+
 def test_fides_missing_names_the_install(monkeypatch):
     t, y, problem = _decay_problem()
     monkeypatch.setitem(sys.modules, "fides", None)
