@@ -51,6 +51,7 @@ class _State(eqx.Module):
     f: Float[Array, ""]  # the cost: -log L, or half the sum of squared residuals
     g: Float[Array, " q"]  # its gradient and its Gauss-Newton (Fisher) Hessian at y
     H: Float[Array, "q q"]
+    metric: Float[Array, " q"]  # each unknown's curvature for the damping's scaling
     floor: Float[Array, ""]  # the cost below which only absolute changes count
     scale2: Float[Array, " q"]
     mu: Float[Array, ""]
@@ -71,7 +72,9 @@ class _State(eqx.Module):
 
 class _Objective(NamedTuple):
     """What the solver evaluates: `value(y) -> (f, r, aux)` (`inf` where the model cannot
-    be solved; `r` the residuals, or None), `derivatives(y, r) -> (g, H, J, good)`."""
+    be solved; `r` the residuals, or None), `derivatives(y, r) -> (g, H, J, good,
+    metric)`: `metric` the curvatures that scale the damping (`diag(H)`, unless the
+    cost's derivatives give their own)."""
 
     value: Callable
     derivatives: Callable
@@ -88,8 +91,9 @@ def _objective(fn, args, options, free) -> _Objective:
             return jnp.where(jnp.isfinite(f), f, jnp.inf), None, aux
 
         def derivatives(y, r):
-            _, g, H, good = given(y, args)
-            return g, H, None, good
+            out = given(y, args)
+            _, g, H, good = out[:4]
+            return g, H, None, good, out[4] if len(out) > 4 else jnp.diag(H)
 
         return _Objective(value, derivatives, False)
     jac = options.get("jacobian")
@@ -104,7 +108,8 @@ def _objective(fn, args, options, free) -> _Objective:
         J = jnp.where(free[None, :], J, 0.0)
         good = jnp.all(jnp.isfinite(J))
         J = jnp.where(good, J, 0.0)
-        return J.T @ r, J.T @ J, J, good
+        H = J.T @ J
+        return J.T @ r, H, J, good, jnp.diag(H)
 
     return _Objective(value, derivatives, True)
 
@@ -154,8 +159,11 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     - It stops when two successive accepted steps each lower the cost by less than
       `rtol` of it and the Gauss-Newton step promises less than the cost's noise, or
       where the projected gradient vanishes in units of the curvature (`gtol`). Where
-      the damping, not the cost, stops it, it restarts its damping once at Marquardt's
-      dimensionless 1e-3, and stops as stagnated if that does not free it.
+      the damping, not the cost, stops it, it restarts its damping at Marquardt's
+      dimensionless 1e-3 on the curvatures there (not their running maximum), again
+      after a restart that brought progress, and stops as stagnated where one does not
+      free it. A rejected trial that promised less than the cost's noise, where
+      Gauss-Newton promises no more, ends it.
     - Where the Gauss-Newton model alone would stop, it goes on with a Dennis-Gay-Welsch
       secant of the rest of the Hessian added (`structured_secant`, as NL2SOL) until it
       stops again, as fides turns from the Fisher information to BFGS (`secant`:
@@ -223,13 +231,14 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         f, r, aux = obj.value(y)
         if obj.residuals:  # (a start where the model cannot be solved fails below)
             r = jnp.where(jnp.isfinite(f), r, 0.0)
-        g, H, J, good = obj.derivatives(y, r)
+        g, H, J, good, metric = obj.derivatives(y, r)
         good = good & jnp.isfinite(f)
         q, dtype = y.shape[0], y.dtype
         floor = jnp.finfo(dtype).eps * f if obj.residuals else jnp.asarray(1.0, dtype)
         return _State(
             f=jnp.where(good, f, jnp.inf), g=jnp.where(good, g, 0.0), H=jnp.where(good, H, 0.0),
-            floor=jnp.where(good, floor, 1.0), scale2=jnp.zeros(q, dtype),
+            metric=jnp.where(good, metric, 0.0), floor=jnp.where(good, floor, 1.0),
+            scale2=jnp.zeros(q, dtype),
             mu=jnp.asarray(-1.0, dtype), nu=jnp.asarray(2.0, dtype), slow=jnp.asarray(False),
             done=jnp.asarray(False), stalled=jnp.asarray(False), rescued=jnp.asarray(False),
             failed=~good, secant=jnp.zeros((q, q), dtype),
@@ -251,15 +260,15 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         f_new, r_new, aux_new = obj.value(trial)
         rho = jnp.where(predicted > 0, (s.f - f_new) / predicted, -1.0)
         accept = (rho > 1e-4) & jnp.isfinite(f_new)
-        kept = (s.g, s.H, s.jacobian, jnp.asarray(True))
+        kept = (s.g, s.H, s.jacobian, jnp.asarray(True), s.metric)
         if self.updates:
             exact, updated = _broyden(s, d, r_new, accept, self.updates)
-            g2, H2, J2, good = jax.lax.cond(
+            g2, H2, J2, good, m2 = jax.lax.cond(
                 exact, lambda: obj.derivatives(trial, r_new), lambda: updated
             )
             age = jnp.where(exact, 0, jnp.where(accept, s.age + 1, s.age))
         else:
-            g2, H2, J2, good = jax.lax.cond(
+            g2, H2, J2, good, m2 = jax.lax.cond(
                 accept, lambda: obj.derivatives(trial, r_new), lambda: kept
             )
             age = s.age
@@ -274,8 +283,9 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             y,
             trial,
             g2,
-            H2,
+            m2,
             accept,
+            predicted,
             slow,
             held,
             free,
@@ -297,13 +307,19 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         stop = converged | stalled
         turn = stop & ~s.second  # the Gauss-Newton model's fit ends: the second begins
         new = _State(
-            f=f, g=g2, H=H2, floor=s.floor, scale2=scale2,
+            f=f, g=g2, H=H2, metric=m2, floor=s.floor,
+            # a restart scales the damping by the curvatures here, not their running
+            # maximum: curvatures from a start whose noise level was far too small (the
+            # dynamics' scale with 1/sigma^2; 6e18 against 9 on a Perelson start) would
+            # hold those parameters still for the rest of the fit
+            scale2=jnp.where(rescue, m2, scale2),
             mu=jnp.where(rescue, _MARQUARDT, mu),
             nu=jnp.where(accept | rescue | refresh, 2.0, 2.0 * s.nu),
             slow=jnp.where(rescue | turn, False, jnp.where(accept, slow, s.slow)),
             done=stop & s.second,
             stalled=stalled & ~converged & s.second,
-            rescued=jnp.where(turn, False, s.rescued | rescue),
+            # (a restart that freed the fit, which then made progress, may be made again)
+            rescued=jnp.where(turn | (accept & ~slow & ~rescue), False, s.rescued | rescue),
             failed=s.failed | ~good,
             secant=jnp.where(accept & good, structured_secant(s.secant, d, g2 - s.g, H2),
                              s.secant) if phases else s.secant,
@@ -314,11 +330,12 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         )  # fmt: skip
         return jnp.where(accept, trial, y), new, new.aux
 
-    def _stopping(self, s, residuals, y, trial, g2, H2, accept, slow, held, free, lower, upper,
-                  scale2, D2, mu):  # fmt: skip
-        """Whether the step from `y` to `trial` (accepted or not; `g2`, `H2` at the point
-        the fit is now at) ends the phase: `(converged, stalled, rescue)`, `rescue` where
-        the damping, not the cost, stops it and restarts once."""
+    def _stopping(self, s, residuals, y, trial, g2, m2, accept, predicted, slow, held, free,
+                  lower, upper, scale2, D2, mu):  # fmt: skip
+        """Whether the step from `y` to `trial` (accepted or not; the gradient `g2` and
+        curvatures `m2` at the point the fit is now at, the trial's `predicted`
+        decrease) ends the phase: `(converged, stalled, rescue)`, `rescue` where the
+        damping, not the cost, stops it and restarts it (again only after progress)."""
         g, H = s.g, s.H
         d = trial - y
         relative = self._noise(residuals)
@@ -329,8 +346,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
         # (against the curvature there, not its running maximum `D2`, which a start far
         # out leaves 1e30 times too large: a gradient small against that is not flat)
-        curv = jnp.diag(H2)
-        curv = jnp.where(curv > 0, jnp.maximum(curv, 1e-16 * jnp.max(curv)), 1.0)
+        curv = jnp.where(m2 > 0, jnp.maximum(m2, 1e-16 * jnp.max(m2)), 1.0)
         newton = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0))
         flat = newton <= self.gtol * jnp.sqrt(jnp.minimum(s.floor, 1.0))
         # stuck where the Gauss-Newton step promises less than the noise of the cost
@@ -358,7 +374,13 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         rescue = crawling & ~s.rescued
         # no step lowers the cost: the damping ran away, or the step vanished
         stuck = ~accept & ((mu * s.nu > 1e16 * jnp.max(scale2)) | tiny) & ~rescue
-        settled = stuck if noise is None else stuck & (promise <= noise)
+        if noise is None:
+            settled = stuck
+        else:  # (or a rejected trial that promised less than the cost can show, where
+            # Gauss-Newton promises no more: more damping only promises less; on
+            # Perelson the fits' last eight trials were such)
+            small = ~accept & near & (predicted <= jnp.maximum(noise, self.ftol))
+            settled = (stuck & (promise <= noise)) | small
         stalled = stuck | (crawling & ~rescue)
         converged = (accept & slow & s.slow & near) | (accept & flat) | settled
         return converged, stalled, rescue
@@ -412,7 +434,7 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool):
     # (the initial `mu` relative to the largest curvature); a dimensionless `mu`
     # (Marquardt's) and a cap on each step at 0.1 or 1 of a parameter's box were
     # tried: on 40 Boehm starts 1 and 0 reached the optimum against 9
-    scale2, D2, mu = more_damping(s.scale2, jnp.diag(H), s.mu)
+    scale2, D2, mu = more_damping(s.scale2, s.metric, s.mu)
     # a parameter at a bound whose gradient points out of the box is held
     held = ((y <= lower) & (g > 0)) | ((y >= upper) & (g < 0)) | ~free
     both = held[:, None] | held[None, :]
@@ -450,13 +472,15 @@ def _broyden(s: _State, d, r_new, accept, updates: int):
     exact = accept & ((s.age + 1 >= updates) | ~ok)
     J2 = jnp.where(ok, secant, J)
     r2 = jnp.where(accept, r_new, r)
-    return exact, (J2.T @ r2, J2.T @ J2, J2, jnp.asarray(True))
+    H2 = J2.T @ J2
+    return exact, (J2.T @ r2, H2, J2, jnp.asarray(True), jnp.diag(H2))
 
 
 def _recomputed(obj: _Objective, y, s: _State) -> _State:
-    g, H, J, good = obj.derivatives(y, s.residual)
-    return eqx.tree_at(lambda s: (s.g, s.H, s.jacobian, s.age, s.refresh, s.failed), s,
-                       (g, H, J, jnp.asarray(0), jnp.asarray(False), s.failed | ~good))  # fmt: skip
+    g, H, J, good, metric = obj.derivatives(y, s.residual)
+    return eqx.tree_at(lambda s: (s.g, s.H, s.metric, s.jacobian, s.age, s.refresh, s.failed),
+                       s, (g, H, metric, J, jnp.asarray(0), jnp.asarray(False),
+                           s.failed | ~good))  # fmt: skip
 
 
 class OptaxLD(eqx.Module):

@@ -53,6 +53,12 @@ class Noise(Choice):
             return xp.sqrt(xp.sum(xp.where(where, u**2, 0.0)) / n)
         return xp.sum(xp.where(where, xp.abs(u), 0.0)) / n
 
+    def scale_curvature(self, r: ArrayLike, xp: ModuleType = np) -> ArrayLike:
+        """The curvature of `-ln p` in `ln sigma` at fixed output, relative to its
+        expected value (`scale_information`): `r^2` or `|r|` (below 1 where the noise
+        level is too large for the residual)."""
+        return r**2 if self is Noise.normal else xp.abs(r)
+
     @property
     def scale_information(self) -> float:
         """The Fisher information of `ln sigma` in one datum: 2 (normal) or 1

@@ -88,6 +88,8 @@ def test_optimizer_arguments_refused():
         ji.estimate(Decay(), y, t, optimizer=ji.Fides())
     with pytest.raises(ValueError, match="switch must be a positive number"):
         ji.Fides(switch=0)
+    with pytest.raises(ValueError, match="noise_curvature must be 'expected' or 'smaller'"):
+        ji.FisherLM(noise_curvature="observed")
     with pytest.raises(TypeError, match="options"):
         ji.Fides(options=3)
     # an option fides does not know is fides' own error, before any fit
