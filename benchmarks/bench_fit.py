@@ -176,10 +176,11 @@ def main():
                     help="a folder that keeps every finished start: the same command "
                          "again goes on where a stopped run stopped")  # fmt: skip
     ap.add_argument("--optimizers", nargs="+", default=["lm", "fides"],
-                    choices=["lm", "fides", "lm-h", "fides-h"],
+                    choices=["lm", "fides", "lm-h", "fides-h", "lm-smaller"],
                     help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
                          "(ji.Fides, 1,000 iterations, as pyPESTO); -h: hierarchical, the "
-                         "observable scalings solved for in closed form")  # fmt: skip
+                         "observable scalings solved for in closed form; lm-smaller: "
+                         "ji.FisherLM(noise_curvature='smaller')")  # fmt: skip
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
@@ -194,13 +195,18 @@ def main():
         rows = {}
         for kind in args.optimizers:
             tool = {"lm": "jaxident", "fides": "jaxident+fides", "lm-h": "jaxident hier.",
-                    "fides-h": "j.+fides hier."}[kind]  # fmt: skip
+                    "fides-h": "j.+fides hier.",
+                    "lm-smaller": "jaxident smaller"}[kind]  # fmt: skip
             fides = kind.startswith("fides")
             if fides and importlib.util.find_spec("fides") is None:
                 rows[tool] = {"skipped": "pip install fides"}
                 continue
             hier = kind.endswith("-h")
-            optimizer = ji.Fides(hierarchical=hier) if fides else ji.FisherLM(hierarchical=hier)
+            if fides:
+                optimizer = ji.Fides(hierarchical=hier)
+            else:
+                curvature = "smaller" if kind == "lm-smaller" else "expected"
+                optimizer = ji.FisherLM(hierarchical=hier, noise_curvature=curvature)
             steps = 1000 if fides else args.max_steps
             problem, starts, rows[tool] = jaxident_rows(
                 yaml_path, args.starts, args.seed, steps, optimizer, args.keep, tool
@@ -227,7 +233,8 @@ def main():
                   f"fits {r['fits_s']:7.1f} s (set-up {setup:.1f} s), "
                   f"{r['converged_per_minute']:6.1f} converged starts per minute")  # fmt: skip
         b = rows["pypesto"]
-        for tool in ("jaxident", "jaxident+fides", "jaxident hier.", "j.+fides hier."):
+        for tool in ("jaxident", "jaxident+fides", "jaxident hier.", "j.+fides hier.",
+                     "jaxident smaller"):  # fmt: skip
             a = rows.get(tool, {})
             if "converged_per_minute" in a and b.get("converged_per_minute", 0) > 0:
                 ratio = a["converged_per_minute"] / b["converged_per_minute"]

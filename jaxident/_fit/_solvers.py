@@ -355,8 +355,12 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         if noise is None:
             near = jnp.asarray(True)
         else:
+            # (regularized by the curvatures here: by their running maximum `D2`, which
+            # a start whose noise level was far too small leaves 1e18 times too large,
+            # the promise vanished where the fit had 122 units of -log L left to gain)
+            here = jnp.where(s.metric > 0, jnp.maximum(s.metric, 1e-16 * jnp.max(s.metric)), 1.0)
             gn = -jax.scipy.linalg.solve(
-                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * D2)),
+                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * here)),
                 jnp.where(held, 0.0, g),
                 assume_a="pos",
             )
