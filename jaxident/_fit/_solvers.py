@@ -278,23 +278,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         f = jnp.where(accept, f_new, s.f)
         slow = s.f - f <= self.rtol * jnp.maximum(jnp.abs(s.f), s.floor)
         converged, stalled, rescue = self._stopping(
-            s,
-            obj.residuals,
-            y,
-            trial,
-            g2,
-            m2,
-            accept,
-            predicted,
-            slow,
-            held,
-            free,
-            lower,
-            upper,
-            scale2,
-            D2,
-            mu,
-        )
+            s, obj.residuals, y, trial, g2, m2, accept, predicted, slow, held, free, lower,
+            upper, scale2, D2, mu)  # fmt: skip
         if self.updates:  # stop only on a computed Jacobian: compute it first
             stale = s.age > 0  # (the Jacobian this step was made on)
             refresh = (converged | stalled | rescue | ~accept) & stale
