@@ -81,9 +81,10 @@ class FisherLM(AbstractOptimizer):
     its observed curvature (`sum r^2` against the count of its data, for normal noise),
     so that a noise level far too large for the residuals comes down in a few steps
     instead of half a unit of `ln sigma` a step (Fisher scoring's most). On 100 starts
-    (benchmarks/README): Perelson 53 converged in 15.8 s against 52 in 24.6 s, Boehm 11
-    in 187.6 s against 23 in 172.1 s (the slow descent of the noise levels fits the
-    dynamics as least squares first, which finds Boehm's optimum more often)."""
+    (benchmarks/README): Perelson 54 converged in 15.6 s against the default's 53 in
+    28.7 s, Boehm 11 in 197.5 s against 24 in 183.5 s (the slow descent of the noise
+    levels fits the dynamics as least squares first, which finds Boehm's optimum more
+    often)."""
 
     rtol: float = 1e-8
     hierarchical: bool = False
