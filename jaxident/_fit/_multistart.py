@@ -65,10 +65,10 @@ def gradient_and_fisher(problem: Problem, out: Prediction, steps: bool = False):
         c = jnp.asarray([d.scale_information for d in noises])
         n = N / jnp.sqrt(c)[..., None]
         g = g + jnp.sum(per_output(noises, Noise.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2))
-        metric = metric + jnp.sum(N**2, axis=(0, 1, 2))
+        expected = jnp.sum(N**2, axis=(0, 1, 2))
+        metric = metric + expected
         if steps:
             w = per_output(noises, Noise.scale_curvature, r, xp=jnp)[..., None]
-            expected = jnp.sum(N**2, axis=(0, 1, 2))
             observed = jnp.sum(jnp.where(N != 0, w * N**2, 0.0), axis=(0, 1, 2))
             some = expected > 0
             ratio = jnp.where(some, observed / jnp.where(some, expected, 1.0), 1.0)

@@ -27,16 +27,21 @@ def _sum_squares(r: Array) -> Array:
     return jnp.where(jnp.all(jnp.isfinite(r)), jnp.sum(r**2), jnp.inf)
 
 
+def floored(curvature):
+    """Curvatures for scaling: one that is zero up to rounding (a parameter the data
+    cannot see) counts as 1e16 times smaller than the largest, not as its own ~1e-32
+    (1 where it is not positive)."""
+    return jnp.where(curvature > 0, jnp.maximum(curvature, 1e-16 * jnp.max(curvature)), 1.0)
+
+
 def more_damping(scale2, curvature, mu):
     """Moré's scaling and Nielsen's initial damping (Moré 1978; Nielsen 1999): the
     running maximum of each parameter's curvature `scale2`, the damping's diagonal `D2`
     and the damping `mu` (`1e-3` of the largest curvature at the first step, where `mu`
-    is still negative). A curvature that is zero up to rounding (a parameter the data
-    cannot see) is scaled as one 1e16 times smaller than the largest, not by its own
-    ~1e-32: that would leave its direction undamped, and the step along it huge."""
+    is still negative). `D2` is `floored`: a curvature zero up to rounding, scaled by its
+    own ~1e-32, would leave its direction undamped and the step along it huge."""
     scale2 = jnp.maximum(scale2, curvature)
-    floor = 1e-16 * jnp.max(scale2)
-    D2 = jnp.where(scale2 > 0, jnp.maximum(scale2, floor), 1.0)
+    D2 = floored(scale2)
     tiny = jnp.finfo(scale2.dtype).tiny
     mu = jnp.where(mu < 0, 1e-3 * jnp.maximum(jnp.max(scale2), tiny), mu)
     return scale2, D2, mu
@@ -331,8 +336,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         moving = free & ~(((trial <= lower) & (g2 > 0)) | ((trial >= upper) & (g2 < 0)))
         # (against the curvature there, not its running maximum `D2`, which a start far
         # out leaves 1e30 times too large: a gradient small against that is not flat)
-        curv = jnp.where(m2 > 0, jnp.maximum(m2, 1e-16 * jnp.max(m2)), 1.0)
-        newton = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(curv), 0.0))
+        newton = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(floored(m2)), 0.0))
         flat = newton <= self.gtol * jnp.sqrt(jnp.minimum(s.floor, 1.0))
         # stuck where the Gauss-Newton step promises less than the noise of the cost
         # (the solves' rtol): that is the optimum, as far as the cost can tell (with
@@ -343,9 +347,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             # (regularized by the curvatures here: by their running maximum `D2`, which
             # a start whose noise level was far too small leaves 1e18 times too large,
             # the promise vanished where the fit had 122 units of -log L left to gain)
-            here = jnp.where(s.metric > 0, jnp.maximum(s.metric, 1e-16 * jnp.max(s.metric)), 1.0)
             gn = -jax.scipy.linalg.solve(
-                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * here)),
+                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * floored(s.metric))),
                 jnp.where(held, 0.0, g),
                 assume_a="pos",
             )
