@@ -45,6 +45,10 @@ import pypesto, pypesto.engine, pypesto.optimize as optimize, pypesto.petab
 yaml_path, starts_file, names_file, folder, keep_file = sys.argv[1:6]
 logging.disable(logging.WARNING)
 problem = petab.Problem.from_yaml(yaml_path)
+# jaxident fits the likelihood alone (it ignores PEtab's priors): so does pyPESTO here
+# (Schwen's six parameterScaleNormal priors)
+problem.parameter_df = problem.parameter_df.drop(
+    columns=["objectivePriorType", "objectivePriorParameters"], errors="ignore")
 t0 = time.perf_counter()
 importer = pypesto.petab.PetabImporter(problem, output_folder=folder, model_name="bench_fit")
 pp = importer.create_problem()
@@ -176,11 +180,14 @@ def main():
                     help="a folder that keeps every finished start: the same command "
                          "again goes on where a stopped run stopped")  # fmt: skip
     ap.add_argument("--optimizers", nargs="+", default=["lm", "fides"],
-                    choices=["lm", "fides", "lm-h", "fides-h", "lm-smaller"],
+                    choices=["lm", "fides", "lm-h", "fides-h", "lm-smaller", "lm-face",
+                             "lm-running"],
                     help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
                          "(ji.Fides, 1,000 iterations, as pyPESTO); -h: hierarchical, the "
                          "observable scalings solved for in closed form; lm-smaller: "
-                         "ji.FisherLM(noise_curvature='smaller')")  # fmt: skip
+                         "ji.FisherLM(noise_curvature='smaller'); lm-face: "
+                         "ji.FisherLM(box='face'); lm-running: "
+                         "ji.FisherLM(scaling='running')")  # fmt: skip
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
@@ -196,7 +203,8 @@ def main():
         for kind in args.optimizers:
             tool = {"lm": "jaxident", "fides": "jaxident+fides", "lm-h": "jaxident hier.",
                     "fides-h": "j.+fides hier.",
-                    "lm-smaller": "jaxident smaller"}[kind]  # fmt: skip
+                    "lm-smaller": "jaxident smaller", "lm-face": "jaxident face",
+                    "lm-running": "jaxident running"}[kind]  # fmt: skip
             fides = kind.startswith("fides")
             if fides and importlib.util.find_spec("fides") is None:
                 rows[tool] = {"skipped": "pip install fides"}
@@ -206,7 +214,10 @@ def main():
                 optimizer = ji.Fides(hierarchical=hier)
             else:
                 curvature = "smaller" if kind == "lm-smaller" else "expected"
-                optimizer = ji.FisherLM(hierarchical=hier, noise_curvature=curvature)
+                box = "face" if kind == "lm-face" else "clip"
+                scaling = "running" if kind == "lm-running" else "recent"
+                optimizer = ji.FisherLM(hierarchical=hier, noise_curvature=curvature, box=box,
+                                        scaling=scaling)  # fmt: skip
             steps = 1000 if fides else args.max_steps
             problem, starts, rows[tool] = jaxident_rows(
                 yaml_path, args.starts, args.seed, steps, optimizer, args.keep, tool
@@ -234,7 +245,7 @@ def main():
                   f"{r['converged_per_minute']:6.1f} converged starts per minute")  # fmt: skip
         b = rows["pypesto"]
         for tool in ("jaxident", "jaxident+fides", "jaxident hier.", "j.+fides hier.",
-                     "jaxident smaller"):  # fmt: skip
+                     "jaxident smaller", "jaxident face", "jaxident running"):  # fmt: skip
             a = rows.get(tool, {})
             if "converged_per_minute" in a and b.get("converged_per_minute", 0) > 0:
                 ratio = a["converged_per_minute"] / b["converged_per_minute"]

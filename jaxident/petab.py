@@ -23,7 +23,8 @@ jump condition). NaN measurements are an error, or missing data with
 `allow_missing=True`. SBML events that assign to states are supported, at a time from
 parameters (`time >= t_dose`) or triggered by the state (`X < c`); triggers combining
 comparisons, event delays and several models raise a `ValueError`; priors are ignored
-(they do not change a local identifiability analysis).
+(they do not change a local identifiability analysis; a problem loaded for fitting,
+`estimate_noise=True`, warns where its table sets them: fits maximise the likelihood).
 """
 
 import importlib

@@ -178,7 +178,7 @@ def filled(problem: Problem, theta, integrator, inner):
 
 @eqx.filter_jit
 def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode, inner=None,
-                 observed=False):  # fmt: skip
+                 observed=False, face=False, forget=1.0):  # fmt: skip
     """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
     (the others held at `theta0`: a profile), all in one compiled loop: a trial point
     costs one plain solve of every experiment, an accepted one a solve with
@@ -193,7 +193,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     if inner is not None:  # the scalings are solved for, not stepped
         free = free.at[jnp.asarray(inner.index)].set(False)
     theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
-    solver = LevenbergMarquardt(rtol=rtol, noise=_NOISE, ftol=_PROMISE)
+    solver = LevenbergMarquardt(rtol=rtol, noise=_NOISE, ftol=_PROMISE, face=face, forget=forget)
     fn = lambda theta, _: (nll(theta), None)  # noqa: E731
     options = {"derivatives": lambda theta, _: with_derivatives(theta, steps=observed),
                "free": free, "bounds": (lower, upper)}  # fmt: skip
@@ -208,19 +208,20 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
 
 @eqx.filter_jit
 def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode, inner=None,
-                  observed=False):  # fmt: skip
+                  observed=False, face=False, forget=1.0):  # fmt: skip
     """`_fit_problem` from every start in `thetas` side by side (one `vmap`): every lane
     steps until the slowest ends, and computes a trial point and its sensitivities at
     every step (an accepted point's `cond` becomes a select)."""
 
     def one(theta0):
         return _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
-                            inner, observed)  # fmt: skip
+                            inner, observed, face, forget)  # fmt: skip
 
     return jax.vmap(one)(thetas)
 
 
-def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, observed):
+def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, observed,
+              face, forget):  # fmt: skip
     with callback_free():
         out = call_kept(
             kernel,
@@ -233,6 +234,8 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, 
             on_error_mode(),
             inner,
             observed,
+            face,
+            forget,
             device=fit_device(),
         )
     theta, nll, steps, result, bound, fisher = jax.tree.map(np.asarray, out)
@@ -252,22 +255,22 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, 
 
 
 def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float, inner=None,
-             observed: bool = False):  # fmt: skip
+             observed: bool = False, face: bool = False, forget: float = 1.0):  # fmt: skip
     """One fit from the host, through the kept kernel (compiled once per problem and
     shapes): `(theta, nll, steps, result, at_bound, fisher)` as NumPy values (`fisher`:
     the Fisher information at `theta`, NaN for a hierarchical fit). With `inner`, a
     hierarchical fit (`_objective`), its scalings filled in at their optimum."""
     return _call_fit(_fit_problem, problem, theta0, np.asarray(free, bool), integrator,
-                     max_steps, rtol, inner, observed)  # fmt: skip
+                     max_steps, rtol, inner, observed, face, forget)  # fmt: skip
 
 
 def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float, inner=None,
-              observed: bool = False):  # fmt: skip
+              observed: bool = False, face: bool = False, forget: float = 1.0):  # fmt: skip
     """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
     kernel; as `fit_once`, each output with a leading axis of `B`."""
     with batched():
         return _call_fit(_fit_problems, problem, thetas, np.asarray(free, bool), integrator,
-                         max_steps, rtol, inner, observed)  # fmt: skip
+                         max_steps, rtol, inner, observed, face, forget)  # fmt: skip
 
 
 class MultiStart(eqx.Module):

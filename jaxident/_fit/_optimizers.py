@@ -84,11 +84,31 @@ class FisherLM(AbstractOptimizer):
     (benchmarks/README): Perelson 54 converged in 15.6 s against the default's 53 in
     28.7 s, Boehm 11 in 197.5 s against 24 in 183.5 s (the slow descent of the noise
     levels fits the dynamics as least squares first, which finds Boehm's optimum more
-    often)."""
+    often).
+
+    `box`: what a step that leaves the box becomes. `"clip"` (default): each parameter
+    clipped to its bound. `"face"`: the parameters it carries out go to the bound they
+    cross and stay there, and the others' step is solved again with those fixed (one
+    more `q x q` solve a step), so the trial is the model's minimiser on that face; for
+    fits with many parameters at bounds (benchmarks/README: on Zheng's 46 parameters,
+    33 of 100 fits at a 1,000-step cap against 69).
+
+    `scaling`: the curvatures that scale the damping. `"recent"` (default): Moré's
+    running maximum of each parameter's curvature, halved at each accepted step and at
+    most 1e4 times its curvature now, so that the curvatures of points left behind fade
+    within a few steps. `"running"`: Moré's running maximum (still capped at 1e4 times
+    the curvature now), as before 2026-12-02. From far-off starts the curvatures fall by
+    orders of magnitude on the way, and their maximum held most of Schwen's 30
+    parameters still (on 100 starts, 89 fits ran to the 200-step cap, 1 converged in
+    1,885 s; benchmarks/README). On the same starts: Boehm 23 of 100 converged in 37.8 s
+    against 17 in 40.9 s (`"running"`) and 24 in 68.8 s (uncapped); Perelson 55 in
+    8.8 s against 54 in 9.1 s."""
 
     rtol: float = 1e-8
     hierarchical: bool = False
     noise_curvature: str = eqx.field(default="expected", static=True)
+    box: str = eqx.field(default="clip", static=True)
+    scaling: str = eqx.field(default="recent", static=True)
     max_steps: ClassVar[int] = 256
 
     def __check_init__(self):
@@ -96,16 +116,26 @@ class FisherLM(AbstractOptimizer):
             raise ValueError(
                 f"noise_curvature must be 'expected' or 'smaller', got {self.noise_curvature!r}."
             )
+        if self.box not in ("clip", "face"):
+            raise ValueError(f"box must be 'clip' or 'face', got {self.box!r}.")
+        if self.scaling not in ("running", "recent"):
+            raise ValueError(f"scaling must be 'running' or 'recent', got {self.scaling!r}.")
+
+    def _settings(self):
+        """The compiled fit's static settings: the noise curvature, the box and the
+        damping's memory (`LevenbergMarquardt`'s `face` and `forget`)."""
+        return (self.noise_curvature == "smaller", self.box == "face",
+                0.5 if self.scaling == "recent" else 1.0)  # fmt: skip
 
     def fit(self, problem, theta0, free, integrator, max_steps):
         inner = self.inner(problem, free)
         return fit_once(problem, theta0, free, integrator, max_steps, self.rtol, inner,
-                        self.noise_curvature == "smaller")  # fmt: skip
+                        *self._settings())  # fmt: skip
 
     def fit_batch(self, problem, thetas, free, integrator, max_steps):
         inner = self.inner(problem, free)
         return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol, inner,
-                         self.noise_curvature == "smaller")  # fmt: skip
+                         *self._settings())  # fmt: skip
 
 
 def checked_optimizer(optimizer) -> AbstractOptimizer:

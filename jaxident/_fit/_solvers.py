@@ -34,13 +34,22 @@ def floored(curvature):
     return jnp.where(curvature > 0, jnp.maximum(curvature, 1e-16 * jnp.max(curvature)), 1.0)
 
 
+# Moré's running maximum of a curvature, at most this many times the curvature now: on
+# Schwen's 30 parameters (a start at -log L = 1e5), the curvatures of the start held
+# 25 of them at 1e3-1e10 times their own, so that 200 steps moved five parameters and
+# ended at 36,870 where pyPESTO's fides reaches 943.8 (benchmarks/README.md)
+_SCALE_CAP = 1e4
+
+
 def more_damping(scale2, curvature, mu):
     """Moré's scaling and Nielsen's initial damping (Moré 1978; Nielsen 1999): the
-    running maximum of each parameter's curvature `scale2`, the damping's diagonal `D2`
-    and the damping `mu` (`1e-3` of the largest curvature at the first step, where `mu`
-    is still negative). `D2` is `floored`: a curvature zero up to rounding, scaled by its
-    own ~1e-32, would leave its direction undamped and the step along it huge."""
+    running maximum of each parameter's curvature `scale2` (at most `_SCALE_CAP` times
+    the curvature now), the damping's diagonal `D2` and the damping `mu` (`1e-3` of the
+    largest curvature at the first step, where `mu` is still negative). `D2` is
+    `floored`: a curvature zero up to rounding, scaled by its own ~1e-32, would leave
+    its direction undamped and the step along it huge."""
     scale2 = jnp.maximum(scale2, curvature)
+    scale2 = jnp.minimum(scale2, _SCALE_CAP * floored(curvature))
     D2 = floored(scale2)
     tiny = jnp.finfo(scale2.dtype).tiny
     mu = jnp.where(mu < 0, 1e-3 * jnp.maximum(jnp.max(scale2), tiny), mu)
@@ -188,12 +197,18 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     **Arguments:** `rtol` (relative cost decrease, default `1e-8`), `atol` (a step below
     `atol` of the iterate, scaled, has vanished; default `1e-12`), `noise` (the cost's
     relative noise; default `100 rtol` for a likelihood; for residuals, none: their fit
-    stops on `rtol` and `atol` alone), `ftol` (an absolute decrease of the cost that no
+    stops on `rtol` and `atol`, where Gauss-Newton promises less than `rtol` of the
+    cost), `ftol` (an absolute decrease of the cost that no
     conclusion notices: `ji.FisherLM` uses 1e-3 of a log-likelihood), `gtol`,
     `updates` (residual form only; default 0: the Jacobian at every accepted point;
     `m > 0`: between computed Jacobians, up to `m` Broyden rank-one updates from the
     residuals already evaluated, so a step costs about one model solve; the stopping
-    tests are made on a computed Jacobian only), `norm` (for optimistix's interface).
+    tests are made on a computed Jacobian only), `face` (default `False`: a step that
+    leaves the box is clipped to it; `True`: the unknowns it carries out are fixed on
+    the bounds they cross and the others' step solved again on that face), `norm` (for
+    optimistix's interface), `forget` (default 1: Moré's running maximum of the
+    curvatures scales the damping; below 1, the maximum is multiplied by it at each
+    accepted step, so that curvatures of points left behind fade).
     The cost is `-log L`, or half the sum of squared residuals; below `floor` (1 for a
     likelihood, `eps` of the starting cost for residuals) only absolute changes count.
     """
@@ -206,6 +221,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     norm: Callable[[PyTree], Array] = optx.max_norm
     updates: int = eqx.field(default=0, static=True)
     secant: bool | None = eqx.field(default=None, static=True)
+    face: bool = eqx.field(default=False, static=True)
+    forget: float = eqx.field(default=1.0, static=True)
 
     def __check_init__(self):
         for name in ("rtol", "atol", "ftol", "gtol"):
@@ -214,6 +231,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
                 raise ValueError(f"{name} must be >= 0, got {value}.")
         if not (isinstance(self.updates, int) and self.updates >= 0):
             raise ValueError(f"updates must be an integer >= 0, got {self.updates!r}.")
+        if not (isinstance(self.forget, (int, float)) and 0 < self.forget <= 1):
+            raise ValueError(f"forget must be in (0, 1], got {self.forget!r}.")
 
     def _noise(self, residuals: bool):
         """The cost's relative noise, or None: no test against it (residuals)."""
@@ -259,7 +278,9 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         if self.updates:  # a stale Jacobian that stopped the last step: compute it here
             s = jax.lax.cond(s.refresh, lambda s: _recomputed(obj, y, s), lambda s: s, s)
         phases = self._phases(obj.residuals)
-        trial, model, held, scale2, D2, mu = _damped_step(s, y, lower, upper, free, phases)
+        trial, model, held, scale2, D2, mu = _damped_step(
+            s, y, lower, upper, free, phases, self.face
+        )
         d = trial - y
         predicted = -(s.g @ d + 0.5 * d @ model @ d)
         f_new, r_new, aux_new = obj.value(trial)
@@ -302,7 +323,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             # maximum: curvatures from a start whose noise level was far too small (the
             # dynamics' scale with 1/sigma^2; 6e18 against 9 on a Perelson start) would
             # hold those parameters still for the rest of the fit
-            scale2=jnp.where(rescue, m2, scale2),
+            scale2=jnp.where(rescue, m2, jnp.where(accept, self.forget * scale2, scale2)),
             mu=jnp.where(rescue, _MARQUARDT, mu),
             nu=jnp.where(accept | rescue | refresh, 2.0, 2.0 * s.nu),
             slow=jnp.where(rescue | turn, False, jnp.where(accept, slow, s.slow)),
@@ -339,20 +360,22 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         newton = jnp.max(jnp.where(moving, jnp.abs(g2) / jnp.sqrt(floored(m2)), 0.0))
         flat = newton <= self.gtol * jnp.sqrt(jnp.minimum(s.floor, 1.0))
         # stuck where the Gauss-Newton step promises less than the noise of the cost
-        # (the solves' rtol): that is the optimum, as far as the cost can tell (with
-        # no noise to compare with, as for residuals, every point is near)
+        # (the solves' rtol): that is the optimum, as far as the cost can tell; with no
+        # noise to compare with (residuals), where it promises less than `rtol` of the
+        # cost (two slow steps that the damping made slow are not the optimum: a decay
+        # started at 1e8 times its amplitude stopped there as converged)
+        # (regularized by the curvatures here: by their running maximum `D2`, which a
+        # start whose noise level was far too small leaves 1e18 times too large, the
+        # promise vanished where the fit had 122 units of -log L left to gain)
+        gn = -jax.scipy.linalg.solve(
+            jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * floored(s.metric))),
+            jnp.where(held, 0.0, g),
+            assume_a="pos",
+        )
+        promise = -(g @ gn + 0.5 * gn @ H @ gn)
         if noise is None:
-            near = jnp.asarray(True)
+            near = ~(promise > self.rtol * jnp.maximum(jnp.abs(s.f), s.floor))
         else:
-            # (regularized by the curvatures here: by their running maximum `D2`, which
-            # a start whose noise level was far too small leaves 1e18 times too large,
-            # the promise vanished where the fit had 122 units of -log L left to gain)
-            gn = -jax.scipy.linalg.solve(
-                jnp.where(both, 0.0, H) + jnp.diag(jnp.where(held, 1.0, 1e-12 * floored(s.metric))),
-                jnp.where(held, 0.0, g),
-                assume_a="pos",
-            )
-            promise = -(g @ gn + 0.5 * gn @ H @ gn)
             near = promise <= jnp.maximum(noise, self.ftol)
         # steps that vanish (or two slow ones) where Gauss-Newton promises much: the
         # damping, not the cost, stops the fit (Nielsen's initial `mu`, relative to the
@@ -417,7 +440,7 @@ def outcome(solver, fn, options, y, state, steps, max_steps):
     )
 
 
-def _damped_step(s: _State, y, lower, upper, free, phases: bool):
+def _damped_step(s: _State, y, lower, upper, free, phases: bool, face: bool = False):
     """The trial point of one step from `y`: a Levenberg-Marquardt step in the box, on
     the Gauss-Newton model (or, in the second phase, with the structured secant where
     that is a descent), and the model, holds and damping it used."""
@@ -449,8 +472,40 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool):
         use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
         step = jnp.where(use, step2, step)
         model = jnp.where(use, HS, H)
-    trial = jnp.clip(y + jnp.where(held, 0.0, step), lower, upper)
+    step = jnp.where(held, 0.0, step)
+    if face:
+        step = _face_step(s.g, s.jacobian, s.residual, y, step, held, lower, upper, model,
+                          mu * D2)  # fmt: skip
+    trial = jnp.clip(y + step, lower, upper)
     return trial, model, held, scale2, D2, mu
+
+
+def _face_step(g, jacobian, residual, y, step, held, lower, upper, model, damping):
+    """The step re-solved on the face of the box it reaches: the parameters that `step`
+    carries out of the box go to the bound they cross and stay there, and the others
+    solve the same damped model again with those fixed (one more `q x q` solve, or QR
+    of the stacked system on residuals). Where clipping alone would leave the other
+    parameters where the unclipped step put them, off the model's minimiser on that
+    face (a fit with many parameters at bounds: Zheng, Schwen). `jacobian` and
+    `residual` are None for a cost with its derivatives (then `model` is the matrix)."""
+    out = ~held & ((y + step < lower) | (y + step > upper))
+    d_out = jnp.where(out, jnp.clip(y + step, lower, upper) - y, 0.0)
+    hold = held | out
+    both = hold[:, None] | hold[None, :]
+    D = jnp.diag(jnp.where(hold, 1.0, damping))
+    if jacobian is None:
+        rhs = jnp.where(hold, 0.0, -(g + model @ d_out))
+        d_in = jnp.linalg.solve(jnp.where(both, 0.0, model) + D, rhs)
+    else:  # min ||J_in d + (r + J_out d_out)||^2 + mu ||D d||^2, as the step itself
+        J = jnp.where(hold[None, :], 0.0, jacobian)
+        A = jnp.concatenate([J, jnp.sqrt(D)], axis=0)
+        r = residual + jacobian @ d_out
+        b = jnp.concatenate([-r, jnp.zeros(y.shape[0], y.dtype)])
+        q, R = jnp.linalg.qr(A)
+        d_in = jax.scipy.linalg.solve_triangular(R, q.T @ b)
+    d = jnp.where(out, d_out, jnp.where(hold, 0.0, d_in))
+    use = jnp.any(out) & jnp.all(jnp.isfinite(d))
+    return jnp.where(use, d, step)
 
 
 def _broyden(s: _State, d, r_new, accept, updates: int):

@@ -361,6 +361,8 @@ def _load(yaml_path: str, name, allow_missing, estimate_noise):
     experiments = _Experiments(yaml_path, tables, obs, par, ids, est, model)
     built = experiments.all()
     problem_params = _parameters(par.table, est.estimated, yaml_path)
+    if estimate_noise:  # loaded to be fitted, where a prior would change the estimate
+        _warn_priors(par.table, est.estimated, yaml_path)
     return Problem(
         model.model,
         built,
@@ -780,6 +782,23 @@ def _parameters(par_df, estimated, yaml_path):
         )
         lo, up = np.minimum(lo, nom), np.maximum(up, nom)
     return Parameters(estimated, nom, lo, up)
+
+
+def _warn_priors(par_df, estimated, yaml_path):
+    """A warning naming the estimated parameters with an objective prior: a fit
+    (`ji.estimate`) maximises the likelihood alone, not PEtab's posterior."""
+    if "objectivePriorType" not in par_df.columns:
+        return
+    kinds = {p: par_df.loc[p, "objectivePriorType"] for p in estimated}
+    named = [f"{p} ({k})" for p, k in kinds.items() if isinstance(k, str) and k.strip()]
+    if named:
+        warnings.warn(
+            f"{yaml_path}: the parameter table sets objective priors on {', '.join(named)}; "
+            "jaxident ignores priors, so ji.estimate maximises the likelihood alone, not "
+            "the posterior that PEtab's objective (and pyPESTO) would.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def simulation_table(problem, prediction):

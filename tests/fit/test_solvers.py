@@ -205,3 +205,134 @@ def test_a_likelihood_fit_ends_where_its_trials_promise_less_than_the_noise():
         np.testing.assert_allclose(sol.value[:2], ref, rtol=1e-4)
         np.testing.assert_allclose(sol.value[2], 0.5 * np.log(ss / t.size), atol=1e-4)
         assert int(sol.stats["num_steps"]) <= (30 if y0[1] > 0.01 else 256)
+
+
+def _face_reference(J, r, damping, y, step, lower, upper):
+    """The damped model `|J d + r|^2 / 2 + d D d / 2` minimised on the face a step
+    reaches, by NumPy's `lstsq` of the stacked system: the coordinates the step carries
+    out of the box go to the bound they cross, the others are solved for with those
+    fixed."""
+    out = (y + step < lower) | (y + step > upper)
+    d = np.where(out, np.clip(y + step, lower, upper) - y, 0.0)
+    f = ~out
+    A = np.vstack([J[:, f], np.diag(np.sqrt(damping[f]))])
+    b = np.concatenate([-(r + J @ d), np.zeros(f.sum())])
+    d[f] = np.linalg.lstsq(A, b, rcond=None)[0]
+    return d
+
+
+def test_a_face_step_is_the_damped_models_minimiser_on_its_face():
+    """`_face_step` against NumPy on 20 random damped models (the Gauss-Newton matrix
+    `J^T J`, and the residual form's QR), each with a step that leaves the box in 1-3
+    coordinates: the re-solved step equals the minimiser on that face; the clipped step
+    does not."""
+    from jaxident._fit._solvers import _face_step
+
+    rng = np.random.default_rng(3)
+    face = jax.jit(_face_step)
+    for k in range(20):
+        q, m = 6, 15
+        J = rng.standard_normal((m, q)) * np.logspace(0, 2, q)
+        r = rng.standard_normal(m)
+        g, M = J.T @ r, J.T @ J
+        damping = 1e-2 * np.diag(M) * rng.uniform(0.5, 2, q)
+        step = np.linalg.solve(M + np.diag(damping), -g)
+        y = np.zeros(q)
+        lower, upper = -np.abs(step) * 2, np.abs(step) * 2  # the step stays inside...
+        for i in rng.choice(q, 1 + k % 3, replace=False):  # ...but for these
+            lower[i], upper[i] = (
+                (-0.5 * abs(step[i]), 2 * abs(step[i]))
+                if step[i] < 0
+                else (-2 * abs(step[i]), 0.5 * abs(step[i]))
+            )
+        held = np.zeros(q, bool)
+        residual = k % 2 == 1
+        J_r = (jnp.asarray(J), jnp.asarray(r)) if residual else (None, None)
+        got = np.asarray(face(jnp.asarray(g), *J_r, y, step, held, lower, upper, M, damping))
+        ref = _face_reference(J, r, damping, y, step, lower, upper)
+        np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-12 * np.abs(step).max())
+        clipped = np.clip(y + step, lower, upper) - y
+        assert np.max(np.abs(clipped - ref)) > 1e-3 * np.abs(step).max()
+
+
+def test_face_steps_reach_scipys_bounded_optimum():
+    """`face=True` on the four-parameter decay with bounds that two parameters end at,
+    in both forms (residuals, and a cost with its gradient and Gauss-Newton matrix):
+    SciPy's bounded least squares (`trf`), under `jit` and `vmap` over starts."""
+    lower, upper = jnp.array([0.0, 1.5, 0.0, 0.0]), jnp.array([5.0, 5.0, 0.4, 1.0])
+    ref = so.least_squares(lambda y: np.asarray(_residual(jnp.asarray(y), DATA)),
+                           np.array([1.0, 2.0, 0.1, 0.2]), bounds=(lower, upper),
+                           method="trf", xtol=1e-15, ftol=1e-15, gtol=1e-15).x  # fmt: skip
+    np.testing.assert_allclose(ref[1:3], [1.5, 0.4], rtol=1e-12)  # two bounds active
+    jac = jax.jacfwd(_residual)
+
+    def cost(y, data):
+        return 0.5 * jnp.sum(_residual(y, data) ** 2), None
+
+    def derivatives(y, data):
+        r, J = _residual(y, data), jac(y, data)
+        return 0.5 * jnp.sum(r**2), J.T @ r, J.T @ J, jnp.asarray(True)
+
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14, face=True)
+    starts = jnp.array([[1.0, 2.0, 0.1, 0.2], [4.0, 4.5, 0.0, 0.9], [0.5, 3.0, 0.35, 0.0]])
+    for fn, extra in ((_residual, {}), (cost, {"derivatives": derivatives})):
+        options = {"bounds": (lower, upper), **extra}
+
+        def fit(y0, fn=fn, options=options):
+            return optx.least_squares(fn, solver, y0, args=DATA, options=options,
+                                      has_aux=fn is cost, max_steps=200).value  # fmt: skip
+
+        for y in jax.jit(jax.vmap(fit))(starts):
+            assert _cost(y, DATA) <= _cost(ref, DATA) * (1 + 1e-10)
+            np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-8)
+
+
+def test_a_fit_far_off_is_not_stopped_by_its_damping():
+    """A decay plus an offset, a sine and a trend, from starts at 1e6-1e8 times its
+    amplitude: the rate's curvature there is 1e12-1e16 times its final one, and
+    Nielsen's first damping (relative to the largest curvature) makes the first steps
+    vanishingly small in every other direction. Two slow steps that the damping made
+    slow ended the fits at 1e8 there, as converged; now the residual form too asks
+    Gauss-Newton's promise first, restarts its damping, and every fit reaches SciPy's
+    least squares."""
+    t = jnp.linspace(0.0, 4.0, 40)
+
+    def f(y):
+        return y[0] * jnp.exp(-y[1] * t) + y[2] + y[3] * jnp.sin(3 * t) + y[4] * t
+
+    data = f(np.array([2.0, 1.3, 0.5, 0.3, 0.1]))
+    data = data + 0.01 * jnp.asarray(np.random.default_rng(0).standard_normal(40))
+    res = lambda y, d: f(y) - d  # noqa: E731
+    lower = jnp.asarray([0.0, 0.01, -10.0, -10.0, -10.0])
+    upper = jnp.asarray([1e8, 10.0, 10.0, 10.0, 10.0])
+    ref = so.least_squares(lambda y: np.asarray(res(jnp.asarray(y), data)),
+                           np.array([1.0, 1.0, 0.0, 0.0, 0.0]), bounds=(lower, upper),
+                           xtol=1e-15, ftol=1e-15, gtol=1e-15).x  # fmt: skip
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+    starts = jnp.array([[1e6, 0.2, 0.0, 0.0, 0.0], [1e7, 3.0, 0.0, 0.0, 0.0],
+                        [0.99e8, 0.5, -1.0, 1.0, 1.0], [1e8, 0.3, 1.0, -1.0, 0.0]])  # fmt: skip
+
+    def fit(y0):
+        sol = optx.least_squares(res, solver, y0, args=data, options={"bounds": (lower, upper)},
+                                 max_steps=200, throw=False)  # fmt: skip
+        return sol.value, sol.result == optx.RESULTS.successful
+
+    values, ok = jax.jit(jax.vmap(fit))(starts)
+    assert np.all(np.asarray(ok))
+    cost = lambda y: float(jnp.sum(res(jnp.asarray(y), data) ** 2))  # noqa: E731
+    for y in values:  # (the cost to 1e-9: the stop is on rtol of eps times the first cost)
+        assert cost(y) <= cost(ref) * (1 + 1e-9)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-8)
+
+
+def test_more_scaling_is_capped_by_the_curvature_now():
+    """Moré's running maximum of each curvature, at most 1e4 times the curvature now (a
+    parameter whose curvature fell 1e6-fold since the start is not held still by it),
+    and Nielsen's first damping, 1e-3 of the largest."""
+    from jaxident._fit._solvers import more_damping
+
+    scale2, D2, mu = more_damping(jnp.array([1e10, 5.0, 0.0]), jnp.array([1e4, 1.0, 2.0]),
+                                  jnp.asarray(-1.0))  # fmt: skip
+    np.testing.assert_allclose(scale2, [1e8, 5.0, 2.0], rtol=1e-15)
+    np.testing.assert_allclose(D2, scale2, rtol=1e-15)
+    np.testing.assert_allclose(mu, 1e-3 * 1e8, rtol=1e-15)

@@ -769,3 +769,22 @@ def test_a_broken_sbml_file_is_refused_with_libsbmls_reason(edit, reason, tmp_pa
         warnings.simplefilter("always")
         ji.petab.load(write_petab(tmp_path / "ok"))
     assert not [w for w in caught if issubclass(w.category, DeprecationWarning | FutureWarning)]
+
+
+def test_a_problem_loaded_for_fitting_warns_of_its_priors():
+    """Schwen's table sets parameterScaleNormal priors on six parameters; a fit
+    maximises the likelihood alone, so loading it for fitting (`estimate_noise=True`)
+    names them. Loaded for an identifiability analysis (which priors do not change), it
+    says nothing; Boehm, without priors, says nothing either way."""
+    path = ji.data.petab_problem("Schwen_PONE2014")
+    with pytest.warns(UserWarning, match="objective priors") as said:
+        ji.petab.load(path, estimate_noise=True)
+    text = " ".join(str(w.message) for w in said if "priors" in str(w.message))
+    for name in ("ini_R1", "ini_R2fold", "ka1", "ka2fold", "kd1", "kd2fold"):
+        assert f"{name} (parameterScaleNormal)" in text
+    assert "kin (" not in text and "kout (" not in text  # estimated, without a prior
+    for p, noise in ((path, False), (ji.data.petab_problem("boehm"), True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ji.petab.load(p, estimate_noise=noise)
+        assert not [w for w in caught if "prior" in str(w.message)]
