@@ -452,23 +452,16 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool, face: bool = Fa
     scale2, D2, mu = more_damping(s.scale2, s.metric, s.mu)
     # a parameter at a bound whose gradient points out of the box is held
     held = ((y <= lower) & (g > 0)) | ((y >= upper) & (g < 0)) | ~free
-    both = held[:, None] | held[None, :]
-    damping = jnp.diag(jnp.where(held, 1.0, mu * D2))
     gf = jnp.where(held, 0.0, g)
     if s.jacobian is None:
-        step = -jax.scipy.linalg.solve(jnp.where(both, 0.0, H) + damping, gf, assume_a="pos")
-    else:  # residuals: min ||J d + r||^2 + mu ||D d||^2 by QR of the stacked system,
-        # never through J^T J (whose condition is the square of J's)
-        J = jnp.where(held[None, :], 0.0, s.jacobian)
-        A = jnp.concatenate([J, jnp.sqrt(damping)], axis=0)
-        b = jnp.concatenate([-s.residual, jnp.zeros(y.shape[0], y.dtype)])
-        q, R = jnp.linalg.qr(A)
-        step = jax.scipy.linalg.solve_triangular(R, q.T @ b)
+        step = _held_solve(H, g, held, mu * D2, pos=True)
+    else:
+        step = _held_lstsq(s.jacobian, s.residual, held, mu * D2)
     model = H
     if phases:  # the second phase's model, unless it is not a descent there (H + S
         # indefinite)
         HS = H + s.secant
-        step2 = -jnp.linalg.solve(jnp.where(both, 0.0, HS) + damping, gf)
+        step2 = _held_solve(HS, g, held, mu * D2)
         use = s.second & jnp.all(jnp.isfinite(step2)) & (gf @ step2 < 0)
         step = jnp.where(use, step2, step)
         model = jnp.where(use, HS, H)
@@ -478,6 +471,28 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool, face: bool = Fa
                           mu * D2)  # fmt: skip
     trial = jnp.clip(y + step, lower, upper)
     return trial, model, held, scale2, D2, mu
+
+
+def _held_solve(M, g, hold, damping, pos=False):
+    """The damped model's step `-(M + diag(damping))^-1 g` in the unknowns not held (0
+    in those); `pos`: `M` is positive semi-definite (Cholesky)."""
+    both = hold[:, None] | hold[None, :]
+    A = jnp.where(both, 0.0, M) + jnp.diag(jnp.where(hold, 1.0, damping))
+    gf = jnp.where(hold, 0.0, g)
+    if pos:
+        return -jax.scipy.linalg.solve(A, gf, assume_a="pos")
+    return -jnp.linalg.solve(A, gf)
+
+
+def _held_lstsq(J, r, hold, damping):
+    """The residuals' step, `min ||J d + r||^2 + ||diag(damping)^(1/2) d||^2` in the
+    unknowns not held (0 in those), by QR of the stacked system, never through `J^T J`
+    (whose condition is the square of `J`'s)."""
+    Jf = jnp.where(hold[None, :], 0.0, J)
+    A = jnp.concatenate([Jf, jnp.sqrt(jnp.diag(jnp.where(hold, 1.0, damping)))], axis=0)
+    b = jnp.concatenate([-r, jnp.zeros(J.shape[1], J.dtype)])
+    q, R = jnp.linalg.qr(A)
+    return jax.scipy.linalg.solve_triangular(R, q.T @ b)
 
 
 def _face_step(g, jacobian, residual, y, step, held, lower, upper, model, damping):
@@ -491,18 +506,10 @@ def _face_step(g, jacobian, residual, y, step, held, lower, upper, model, dampin
     out = ~held & ((y + step < lower) | (y + step > upper))
     d_out = jnp.where(out, jnp.clip(y + step, lower, upper) - y, 0.0)
     hold = held | out
-    both = hold[:, None] | hold[None, :]
-    D = jnp.diag(jnp.where(hold, 1.0, damping))
     if jacobian is None:
-        rhs = jnp.where(hold, 0.0, -(g + model @ d_out))
-        d_in = jnp.linalg.solve(jnp.where(both, 0.0, model) + D, rhs)
+        d_in = _held_solve(model, g + model @ d_out, hold, damping)
     else:  # min ||J_in d + (r + J_out d_out)||^2 + mu ||D d||^2, as the step itself
-        J = jnp.where(hold[None, :], 0.0, jacobian)
-        A = jnp.concatenate([J, jnp.sqrt(D)], axis=0)
-        r = residual + jacobian @ d_out
-        b = jnp.concatenate([-r, jnp.zeros(y.shape[0], y.dtype)])
-        q, R = jnp.linalg.qr(A)
-        d_in = jax.scipy.linalg.solve_triangular(R, q.T @ b)
+        d_in = _held_lstsq(jacobian, residual + jacobian @ d_out, hold, damping)
     d = jnp.where(out, d_out, jnp.where(hold, 0.0, d_in))
     use = jnp.any(out) & jnp.all(jnp.isfinite(d))
     return jnp.where(use, d, step)
