@@ -34,11 +34,10 @@ _one_core_per_worker()
 # crashed compiling (a segfault; "Failed to materialize symbols") in a worker that had
 # compiled the many large programs of the PEtab tests, with and without the cache: each
 # module releases its compiled programs when it ends (below).
-# A cache of each worker's own does not pay either: on jaxlib 0.10.2, with one per
-# worker and nothing released, 821 of 6,290 compilations were served from it (43.6 s
-# saved of 1,285 s compiling), the suite took 22:22 against 16:43, and a worker that had
-# compiled about 3,000 programs segfaulted in XLA's `executable.serialize()` writing an
-# entry (test_petab).
+# A cache of each worker's own does not pay either: most programs the suite compiles are
+# distinct (few are served from it), keeping them all makes the run slower, and a worker
+# that had compiled thousands of programs segfaulted in XLA's `executable.serialize()`
+# writing an entry (the numbers: issue 79's note).
 os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 # Compile without XLA's CPU fusion emitters, as the entry points' kept kernels are
@@ -73,10 +72,9 @@ import jaxident  # noqa: E402, F401
 
 # Python's cyclic garbage collector, at its default thresholds (700, 10, 10), runs tens
 # of thousands of times in a worker: tracing makes and drops millions of small
-# containers. Collected a hundred times less often, it takes 4 s instead of 21 s of
-# test_error_control and test_lserc, and the runtime, CLI, bad-input, sensitivity and
-# problem tests take 8% less time (run side by side on one core each). Each module
-# still ends with a full collection (below).
+# containers. Collected a hundred times less often, the tests spend little time in it
+# and run measurably faster (issue 79's note). Each module still ends with a full
+# collection (below).
 gc.set_threshold(50_000, 20, 100)
 
 
