@@ -171,6 +171,22 @@ def _fides():
     return fides
 
 
+class _Stalled(Exception):
+    """fides' trial points keep failing while its best point no longer moves."""
+
+
+def _stalled(tried: list, window: int, tol: float = 0.1) -> bool:
+    """Whether, over the last `window` evaluations (`tried`: the cost at each, `inf`
+    where the model failed), a quarter or more failed and the best cost fell by less
+    than `tol` (a multi-start's test of having reached a fit: `MultiStart.tol`)."""
+    if len(tried) <= window:
+        return False
+    recent = np.asarray(tried[-window:])
+    before = min(tried[:-window])
+    return bool(np.sum(np.isinf(recent)) >= window // 4
+                and before - min(before, recent.min()) < tol)  # fmt: skip
+
+
 def _options(fides, options: Mapping) -> dict:
     known = [o.value for o in fides.Options]
     unknown = [k for k in options if str(getattr(k, "value", k)) not in known]
@@ -191,6 +207,13 @@ class Fides(AbstractOptimizer):
     (`{"fatol": 1e-8}`); its iteration cap is `ji.estimate`'s `max_steps` (default
     1,000, fides').
 
+    `stall`: a fit ends (`stagnation`, at its best point) once, over its last `stall`
+    evaluations, a quarter or more failed (the model could not be solved there) and
+    its best cost fell by less than 0.1 (what counts as reaching a fit); `None`: never.
+    Each failure shrinks fides' trust region, and each step after it widens it again,
+    so without this stop such a fit can spend its whole iteration cap moving by less
+    than what counts as reaching a fit (a Perelson start: benchmarks/README).
+
     An optional dependency (`pip install 'jaxident[fides]'`). It pays where the
     compiled fit stops early: on Fujita it reaches the best known optimum (-log L
     -66.58) from a start where the compiled fit ends on a plateau of 10,011, at about
@@ -199,6 +222,7 @@ class Fides(AbstractOptimizer):
     hybrid: bool = True
     switch: int = 20
     hierarchical: bool = False
+    stall: int | None = 100
     max_steps: ClassVar[int] = 1000  # fides' own iteration cap
     options: Mapping = eqx.field(default_factory=dict, static=True)
 
@@ -206,6 +230,11 @@ class Fides(AbstractOptimizer):
         if isinstance(self.switch, bool) or not isinstance(self.switch, int) or self.switch < 1:
             raise ValueError(
                 f"switch must be a positive number of iterations, got {self.switch!r}."
+            )
+        if self.stall is not None and (isinstance(self.stall, bool)
+                                       or not isinstance(self.stall, int) or self.stall < 4):
+            raise ValueError(
+                f"stall must be a number of evaluations (4 or more) or None, got {self.stall!r}."
             )
         if not isinstance(self.options, Mapping):
             raise TypeError(f"options must be a dict of fides options, got {self.options!r}.")
@@ -226,8 +255,13 @@ class Fides(AbstractOptimizer):
             theta[free] = x
             return theta
 
+        tried = []  # the cost at each point fides evaluates, inf where it failed
+
         def fun(x):
             f, g, H = objective(problem, full(x), integrator, derivatives=True, inner=inner)
+            tried.append(float(f) if np.isfinite(f) else np.inf)
+            if self.stall is not None and _stalled(tried, self.stall):
+                raise _Stalled
             if not np.isfinite(f):
                 # fides tests its convergence at every trial point, rejected or not: a
                 # point where the model cannot be solved must not pass for a flat one
@@ -241,20 +275,25 @@ class Fides(AbstractOptimizer):
         hessian = fides.HybridFixed(switch_iteration=self.switch) if self.hybrid else None
         opt = fides.Optimizer(fun, ub=upper[free], lb=lower[free], verbose=logging.ERROR,
                               options=options, hessian_update=hessian)  # fmt: skip
+        result = None
         try:
             # (fides' trust-region subproblem meets NaN and inf at tiny radii and rejects
             # those steps itself; NumPy's warnings about them are not the user's)
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
                 opt.minimize(base[free])
-        except RuntimeError:  # the objective is not finite at the start
-            failed = optx.RESULTS.nonlinear_divergence
-            nan = np.full((base.size, base.size), np.nan)
-            return base, np.asarray(np.inf), np.asarray(0), failed, np.zeros_like(free), nan
+        except _Stalled:
+            result = optx.RESULTS.stagnation
+        except RuntimeError:  # the objective, its gradient or Fisher matrix not finite
+            result = optx.RESULTS.nonlinear_divergence
+            if not np.isfinite(opt.fval_min):  # at the start: nothing to report
+                nan = np.full((base.size, base.size), np.nan)
+                return base, np.asarray(np.inf), np.asarray(0), result, np.zeros_like(free), nan
         theta = filled(problem, full(opt.x_min), integrator, inner)
         # the plain solve's cost, as the compiled fit reports (a solve with
         # sensitivities takes other steps: its cost differs by the discretization)
         nll = float(objective(problem, theta, integrator, derivatives=False))
-        result = _EXITS.get(opt.exitflag.name, optx.RESULTS.nonlinear_divergence)
+        if result is None:
+            result = _EXITS.get(opt.exitflag.name, optx.RESULTS.nonlinear_divergence)
         if not np.isfinite(nll):
             result = optx.RESULTS.nonlinear_divergence
         steps = np.asarray(opt.iteration)

@@ -98,6 +98,9 @@ def test_optimizer_arguments_refused():
         ji.FisherLM(box="reflect")
     with pytest.raises(TypeError, match="options"):
         ji.Fides(options=3)
+    for stall in (3, 0, True):  # (other types: the annotation, as for `switch`)
+        with pytest.raises(ValueError, match="stall must be a number of evaluations"):
+            ji.Fides(stall=stall)
     # an option fides does not know is fides' own error, before any fit
     with pytest.raises(ValueError, match="bogus"):
         ji.estimate(problem, progress=False, optimizer=ji.Fides(options={"bogus": 1}))
@@ -182,3 +185,16 @@ def test_cli_fit_with_fides(tmp_path, capsys):
     with pytest.raises(SystemExit):  # argparse's own one line
         cli.main(["fit", path, "--optimizer", "bfgs"])
     assert "invalid choice: 'bfgs' (choose from 'lm', 'fides')" in capsys.readouterr().err
+
+
+def test_fides_stall_test_against_planted_cost_sequences():
+    """`_stalled(tried, window)`: a quarter or more of the last `window` evaluations
+    failed (inf) and the best cost fell by less than 0.1 over them."""
+    inf = np.inf
+    moving = [10.0] + [9.0, inf, 8.0, inf, 7.0, inf, 6.0, inf]  # failures, but progress
+    assert not _optimizers._stalled(moving, 8)
+    still = [10.0] + [10.0, inf, 9.95, inf, 9.96, inf, 9.97, 9.99]  # failures, no progress
+    assert _optimizers._stalled(still, 8)
+    few = [10.0] + [10.0, inf, 9.95, 9.96, 9.97, 9.98, 9.99, 9.99]  # no progress, 1 failure
+    assert not _optimizers._stalled(few, 8)
+    assert not _optimizers._stalled(still[1:], 8)  # no evaluation before the window
