@@ -18,7 +18,7 @@ from .._model._base import Integrator
 from .._problem._measurements import box_transform, near_bound
 from .._solve._forward import forward_sensitivities
 from .._solve._simulate import solve
-from ._solvers import LevenbergMarquardt, NO_TAGS, OptaxLD, outcome, run_steps
+from ._solvers import deferred_init, LevenbergMarquardt, OptaxLD, outcome, run_steps
 
 
 _FAILED_RESIDUAL = 1e8
@@ -112,13 +112,16 @@ def fit_kernel(
     fm = _fit_model(model, times, theta0, free, lower, upper, bounded, integ)
     if isinstance(solver, OptaxLD):
         z, steps, result = solver.minimise(fm.outputs, fm.params, fm.z0, data, sigma, free)
+    elif isinstance(solver, LevenbergMarquardt):  # the steps of `fit_in_chunks`, in one loop
+        residual = _residual_fn(fm, data, sigma, True)
+        options = {"free": free, "jacobian": _jacobian_fn(fm, sigma)}
+        fn = lambda z, args: (residual(z, args), None)  # noqa: E731
+        state = deferred_init(solver, fn, fm.z0, options)
+        z, state, steps = run_steps(solver, fn, options, fm.z0, state, 0, max_steps)
+        result = outcome(solver, fn, options, z, state, steps, max_steps)
     else:
-        lm = isinstance(solver, LevenbergMarquardt)
-        residual = _residual_fn(fm, data, sigma, lm)
-        options = {"free": free, "jacobian": _jacobian_fn(fm, sigma)} if lm else None
-        sol = optx.least_squares(
-            residual, solver, fm.z0, options=options, max_steps=max_steps, throw=False
-        )
+        residual = _residual_fn(fm, data, sigma, False)
+        sol = optx.least_squares(residual, solver, fm.z0, max_steps=max_steps, throw=False)
         z, steps, result = sol.value, sol.stats["num_steps"], sol.result
     return _finish(fm, fm.params(z), data, sigma, free, lower, upper, bounded, steps, result)
 
@@ -137,7 +140,7 @@ def _lm_fn(ls, theta0, free):
 @eqx.filter_jit
 def lm_begin(ls, theta0, free, solver):
     fm, fn, options = _lm_fn(ls, theta0, free)
-    return fm.z0, solver.init(fn, fm.z0, None, options, None, None, NO_TAGS)
+    return fm.z0, deferred_init(solver, fn, fm.z0, options)
 
 
 @eqx.filter_jit

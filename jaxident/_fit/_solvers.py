@@ -82,6 +82,8 @@ class _State(eqx.Module):
     age: Int[Array, ""]  # Broyden updates since the Jacobian was last computed
     refresh: Bool[Array, ""]  # compute the Jacobian at y at the top of the next step
     aux: Any
+    # nothing evaluated yet (`deferred_init`): the next step evaluates the start
+    pending: Bool[Array, ""] = eqx.field(default_factory=lambda: jnp.asarray(False))
 
 
 class _Objective(NamedTuple):
@@ -255,7 +257,10 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         f, r, aux = obj.value(y)
         if obj.residuals:  # (a start where the model cannot be solved fails below)
             r = jnp.where(jnp.isfinite(f), r, 0.0)
-        g, H, J, good, metric = obj.derivatives(y, r)
+        return self._start(obj, y, f, r, aux, *obj.derivatives(y, r))
+
+    def _start(self, obj, y, f, r, aux, g, H, J, good, metric) -> "_State":
+        """The state at the start `y`, from its evaluations."""
         good = good & jnp.isfinite(f)
         q, dtype = y.shape[0], y.dtype
         floor = jnp.finfo(dtype).eps * f if obj.residuals else jnp.asarray(1.0, dtype)
@@ -281,21 +286,28 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
         trial, model, held, scale2, D2, mu = _damped_step(
             s, y, lower, upper, free, phases, self.face
         )
+        # a deferred start (`deferred_init`) is evaluated here, at the same call sites
+        # as every trial point, so that a compiled fit holds one copy of the model's
+        # solves, not two
+        trial = jnp.where(s.pending, y, trial)
         d = trial - y
         predicted = -(s.g @ d + 0.5 * d @ model @ d)
         f_new, r_new, aux_new = obj.value(trial)
+        if obj.residuals:  # (as `init`: a start where the model cannot be solved fails)
+            r_new = jnp.where(jnp.isfinite(f_new), r_new, 0.0)
         rho = jnp.where(predicted > 0, (s.f - f_new) / predicted, -1.0)
         accept = (rho > 1e-4) & jnp.isfinite(f_new)
         kept = (s.g, s.H, s.jacobian, jnp.asarray(True), s.metric)
         if self.updates:
             exact, updated = _broyden(s, d, r_new, accept, self.updates)
+            exact = exact | s.pending
             g2, H2, J2, good, m2 = jax.lax.cond(
                 exact, lambda: obj.derivatives(trial, r_new), lambda: updated
             )
             age = jnp.where(exact, 0, jnp.where(accept, s.age + 1, s.age))
         else:
             g2, H2, J2, good, m2 = jax.lax.cond(
-                accept, lambda: obj.derivatives(trial, r_new), lambda: kept
+                accept | s.pending, lambda: obj.derivatives(trial, r_new), lambda: kept
             )
             age = s.age
         # the cost compared from step to step is the plain solve's: a solve with
@@ -339,7 +351,9 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             jacobian=J2, age=age, refresh=refresh,
             aux=jax.tree.map(lambda a, b: jnp.where(accept, a, b), aux_new, s.aux),
         )  # fmt: skip
-        return jnp.where(accept, trial, y), new, new.aux
+        start = self._start(obj, y, f_new, r_new, aux_new, g2, H2, J2, good, m2)
+        new = jax.tree.map(lambda a, b: jnp.where(s.pending, a, b), start, new)
+        return jnp.where(accept & ~s.pending, trial, y), new, new.aux
 
     def _stopping(self, s, residuals, y, trial, g2, m2, accept, predicted, slow, held, free,
                   lower, upper, scale2, D2, mu):  # fmt: skip
@@ -422,14 +436,43 @@ def run_steps(solver, fn, options, y, state, steps, until):
     def cond(c):
         y, state, k = c
         done, _ = solver.terminate(fn, y, None, options, state, NO_TAGS)
-        return ~done & (k < until)
+        return (~done & (k < until)) | _pending(state)
 
     def body(c):
         y, state, k = c
+        counted = ~_pending(state)  # (evaluating a deferred start is not a step)
         y, state, _ = solver.step(fn, y, None, options, state, NO_TAGS)
-        return y, state, k + 1
+        return y, state, k + counted.astype(k.dtype)
 
-    return jax.lax.while_loop(cond, body, (y, state, steps))
+    return jax.lax.while_loop(cond, body, (y, state, jnp.asarray(steps)))
+
+
+def _pending(state):
+    return getattr(state, "pending", jnp.asarray(False))
+
+
+def deferred_init(solver, fn, y, options):
+    """`solver.init(fn, y, ...)` for `run_steps`: for `ji.LevenbergMarquardt`, a state
+    that evaluates nothing yet (its first pass through `run_steps` evaluates the start,
+    with the same solves as every step), so that a compiled fit contains the model's
+    solves once; any other solver's own `init`. The shapes of the residuals and the
+    auxiliary output come from tracing `fn` once, without compiling it."""
+    if not isinstance(solver, LevenbergMarquardt):
+        return solver.init(fn, y, None, options, None, None, NO_TAGS)
+    free, _, _ = _mask_and_box(options, y)
+    obj = _objective(fn, None, options, free)
+    q = y.shape[0]
+
+    def start(y):  # the state's structure: derivatives as placeholders
+        f, r, aux = obj.value(y)
+        J = None if r is None else jnp.zeros((r.shape[0], q), y.dtype)
+        zeros = jnp.zeros(q, y.dtype)
+        return solver._start(obj, y, f, r, aux, zeros, jnp.zeros((q, q), y.dtype), J,
+                             jnp.asarray(True), zeros)  # fmt: skip
+
+    shapes = jax.eval_shape(start, y)
+    state = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+    return eqx.tree_at(lambda s: s.pending, state, jnp.asarray(True))
 
 
 def outcome(solver, fn, options, y, state, steps, max_steps):

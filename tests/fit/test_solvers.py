@@ -336,3 +336,47 @@ def test_more_scaling_is_capped_by_the_curvature_now():
     np.testing.assert_allclose(scale2, [1e8, 5.0, 2.0], rtol=1e-15)
     np.testing.assert_allclose(D2, scale2, rtol=1e-15)
     np.testing.assert_allclose(mu, 1e-3 * 1e8, rtol=1e-15)
+
+
+def _deferred_fit(y0, data, start_nan=False):
+    """The fit as the compiled kernels run it: a deferred start, `run_steps`, `outcome`."""
+    from jaxident._fit._solvers import deferred_init, outcome, run_steps
+
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+
+    def fn(y, _):
+        r = _residual(y, data)
+        return (jnp.where(start_nan & (y[0] == y0[0]), jnp.nan, r) if start_nan else r), None
+
+    options = {"free": jnp.ones(4, bool)}
+    state = deferred_init(solver, fn, y0, options)
+    y, state, steps = run_steps(solver, fn, options, y0, state, 0, 200)
+    return y, steps, outcome(solver, fn, options, y, state, steps, 200)
+
+
+def test_a_deferred_start_takes_the_steps_of_optimistix_and_holds_one_copy_of_the_model():
+    """The compiled fits evaluate their start inside the step loop (`deferred_init`):
+    the same iterates and step count as optimistix's loop from the eager `init`, and
+    the residual function and its Jacobian traced into the program once, not twice
+    (eager: `exp` in the start's value and Jacobian and again in the step's)."""
+    y0 = jnp.array([1.0, 1.0, 0.0, 0.0])
+    ref = _solve(y0, DATA)
+    y, steps, result = jax.jit(_deferred_fit)(y0, DATA)
+    assert int(steps) == int(ref.stats["num_steps"]) and int(steps) > 3
+    np.testing.assert_allclose(y, ref.value, rtol=1e-12, atol=1e-14)
+    assert result == optx.RESULTS.successful
+    # under vmap: the lanes as single fits
+    starts = jnp.array([[1.0, 1.0, 0.0, 0.0], [3.0, 0.5, 1.0, 0.5]])
+    ys, ks, _ = jax.vmap(lambda s: _deferred_fit(s, DATA))(starts)
+    for s, yv, k in zip(starts, ys, ks):
+        one = _solve(s, DATA)
+        np.testing.assert_allclose(yv, one.value, rtol=1e-10, atol=1e-12)
+        assert int(k) == int(one.stats["num_steps"])
+    # one copy of the residuals (exp) and of their Jacobian (exp's derivative) in the
+    # program, where optimistix's init + loop hold two
+    deferred = str(jax.make_jaxpr(_deferred_fit)(y0, DATA)).count(" exp ")
+    eager = str(jax.make_jaxpr(lambda y: _solve(y, DATA).value)(y0)).count(" exp ")
+    assert deferred < eager, (deferred, eager)
+    # a start where the model cannot be solved fails, as from the eager init
+    _, k, res = jax.jit(lambda y: _deferred_fit(y, DATA, start_nan=True))(y0)
+    assert int(k) == 0 and res == optx.RESULTS.nonlinear_divergence
