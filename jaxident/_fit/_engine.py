@@ -18,7 +18,7 @@ from .._model._base import Integrator
 from .._problem._measurements import box_transform, near_bound
 from .._solve._forward import forward_sensitivities
 from .._solve._simulate import solve
-from ._solvers import deferred_init, LevenbergMarquardt, OptaxLD, outcome, run_steps
+from ._solvers import LevenbergMarquardt, OptaxLD, outcome, run_steps
 
 
 _FAILED_RESIDUAL = 1e8
@@ -113,10 +113,8 @@ def fit_kernel(
     if isinstance(solver, OptaxLD):
         z, steps, result = solver.minimise(fm.outputs, fm.params, fm.z0, data, sigma, free)
     elif isinstance(solver, LevenbergMarquardt):  # the steps of `fit_in_chunks`, in one loop
-        residual = _residual_fn(fm, data, sigma, True)
-        options = {"free": free, "jacobian": _jacobian_fn(fm, sigma)}
-        fn = lambda z, args: (residual(z, args), None)  # noqa: E731
-        state = deferred_init(solver, fn, fm.z0, options)
+        fn, options = _lm_residuals(fm, data, sigma, free)
+        state = solver.deferred_init(fn, fm.z0, options)
         z, state, steps = run_steps(solver, fn, options, fm.z0, state, 0, max_steps)
         result = outcome(solver, fn, options, z, state, steps, max_steps)
     else:
@@ -130,17 +128,23 @@ def fit_kernel(
 # progress (and can be interrupted) between them: three callback-free kernels ---
 
 
+def _lm_residuals(fm: _Model, data, sigma, free):
+    """The weighted residuals `fn(z, args) -> (r, None)` and the options (the mask, the
+    sensitivity Jacobian) of `ji.LevenbergMarquardt`'s fit of `fm`."""
+    residual = _residual_fn(fm, data, sigma, True)
+    options = {"free": free, "jacobian": _jacobian_fn(fm, sigma)}
+    return lambda z, args: (residual(z, args), None), options
+
+
 def _lm_fn(ls, theta0, free):
     fm = _fit_model(ls.model, ls.times, theta0, free, ls.lower, ls.upper, ls.bounded, ls.integrator)
-    residual = _residual_fn(fm, ls.data, ls.sigma, True)
-    options = {"free": free, "jacobian": _jacobian_fn(fm, ls.sigma)}
-    return fm, lambda z, args: (residual(z, args), None), options
+    return fm, *_lm_residuals(fm, ls.data, ls.sigma, free)
 
 
 @eqx.filter_jit
 def lm_begin(ls, theta0, free, solver):
     fm, fn, options = _lm_fn(ls, theta0, free)
-    return fm.z0, deferred_init(solver, fn, fm.z0, options)
+    return fm.z0, solver.deferred_init(fn, fm.z0, options)
 
 
 @eqx.filter_jit

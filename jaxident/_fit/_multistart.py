@@ -30,9 +30,7 @@ from .._runtime._context import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (
-    deferred_init,
     LevenbergMarquardt,
-    NO_TAGS,
     outcome,
     run_steps,
     structured_secant as structured_secant,
@@ -198,7 +196,7 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     fn = lambda theta, _: (nll(theta), None)  # noqa: E731
     options = {"derivatives": lambda theta, _: with_derivatives(theta, steps=observed),
                "free": free, "bounds": (lower, upper)}  # fmt: skip
-    state = deferred_init(solver, fn, theta0, options)
+    state = solver.deferred_init(fn, theta0, options)
     theta, s, steps = run_steps(solver, fn, options, theta0, state, jnp.asarray(0), max_steps)
     result = outcome(solver, fn, options, theta, s, steps, max_steps)
     # (with noise parameters the matrix stepped on is not quite the Fisher information:

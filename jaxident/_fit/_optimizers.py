@@ -231,8 +231,9 @@ class Fides(AbstractOptimizer):
             raise ValueError(
                 f"switch must be a positive number of iterations, got {self.switch!r}."
             )
-        if self.stall is not None and (isinstance(self.stall, bool)
-                                       or not isinstance(self.stall, int) or self.stall < 4):
+        if self.stall is not None and (
+            isinstance(self.stall, bool) or not isinstance(self.stall, int) or self.stall < 4
+        ):
             raise ValueError(
                 f"stall must be a number of evaluations (4 or more) or None, got {self.stall!r}."
             )

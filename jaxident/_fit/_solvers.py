@@ -259,6 +259,27 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             r = jnp.where(jnp.isfinite(f), r, 0.0)
         return self._start(obj, y, f, r, aux, *obj.derivatives(y, r))
 
+    def deferred_init(self, fn, y, options) -> "_State":
+        """`init` for `run_steps`: a state that evaluates nothing yet (its first pass
+        through `run_steps` evaluates the start, with the same solves as every step,
+        and is not counted as one), so that a compiled fit contains the model's solves
+        once. The shapes of the residuals and the auxiliary output come from tracing
+        `fn` once, without compiling it."""
+        free, _, _ = _mask_and_box(options, y)
+        obj = _objective(fn, None, options, free)
+        q, dtype = y.shape[0], y.dtype
+
+        def start(y):  # the state's structure: derivatives as placeholders
+            f, r, aux = obj.value(y)
+            J = None if r is None else jnp.zeros((r.shape[0], q), dtype)
+            zeros = jnp.zeros(q, dtype)
+            return self._start(obj, y, f, r, aux, zeros, jnp.zeros((q, q), dtype), J,
+                               jnp.asarray(True), zeros)  # fmt: skip
+
+        shapes = jax.eval_shape(start, y)
+        state = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+        return eqx.tree_at(lambda s: s.pending, state, jnp.asarray(True))
+
     def _start(self, obj, y, f, r, aux, g, H, J, good, metric) -> "_State":
         """The state at the start `y`, from its evaluations."""
         good = good & jnp.isfinite(f)
@@ -430,49 +451,22 @@ NO_TAGS = frozenset()
 
 
 def run_steps(solver, fn, options, y, state, steps, until):
-    """`solver`'s steps from `(y, state)` until it stops or `steps == until` (a fit in
-    one loop, or a chunk of one that a host loop runs): `(y, state, steps)`."""
+    """`ji.LevenbergMarquardt`'s steps from `(y, state)` until it stops or
+    `steps == until` (a fit in one loop, or a chunk of one that a host loop runs):
+    `(y, state, steps)`; a deferred start is evaluated first, uncounted."""
 
     def cond(c):
         y, state, k = c
         done, _ = solver.terminate(fn, y, None, options, state, NO_TAGS)
-        return (~done & (k < until)) | _pending(state)
+        return (~done & (k < until)) | state.pending
 
     def body(c):
         y, state, k = c
-        counted = ~_pending(state)  # (evaluating a deferred start is not a step)
+        counted = ~state.pending  # (evaluating a deferred start is not a step)
         y, state, _ = solver.step(fn, y, None, options, state, NO_TAGS)
         return y, state, k + counted.astype(k.dtype)
 
     return jax.lax.while_loop(cond, body, (y, state, jnp.asarray(steps)))
-
-
-def _pending(state):
-    return getattr(state, "pending", jnp.asarray(False))
-
-
-def deferred_init(solver, fn, y, options):
-    """`solver.init(fn, y, ...)` for `run_steps`: for `ji.LevenbergMarquardt`, a state
-    that evaluates nothing yet (its first pass through `run_steps` evaluates the start,
-    with the same solves as every step), so that a compiled fit contains the model's
-    solves once; any other solver's own `init`. The shapes of the residuals and the
-    auxiliary output come from tracing `fn` once, without compiling it."""
-    if not isinstance(solver, LevenbergMarquardt):
-        return solver.init(fn, y, None, options, None, None, NO_TAGS)
-    free, _, _ = _mask_and_box(options, y)
-    obj = _objective(fn, None, options, free)
-    q = y.shape[0]
-
-    def start(y):  # the state's structure: derivatives as placeholders
-        f, r, aux = obj.value(y)
-        J = None if r is None else jnp.zeros((r.shape[0], q), y.dtype)
-        zeros = jnp.zeros(q, y.dtype)
-        return solver._start(obj, y, f, r, aux, zeros, jnp.zeros((q, q), y.dtype), J,
-                             jnp.asarray(True), zeros)  # fmt: skip
-
-    shapes = jax.eval_shape(start, y)
-    state = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
-    return eqx.tree_at(lambda s: s.pending, state, jnp.asarray(True))
 
 
 def outcome(solver, fn, options, y, state, steps, max_steps):

@@ -340,7 +340,7 @@ def test_more_scaling_is_capped_by_the_curvature_now():
 
 def _deferred_fit(y0, data, start_nan=False):
     """The fit as the compiled kernels run it: a deferred start, `run_steps`, `outcome`."""
-    from jaxident._fit._solvers import deferred_init, outcome, run_steps
+    from jaxident._fit._solvers import outcome, run_steps
 
     solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
 
@@ -349,7 +349,7 @@ def _deferred_fit(y0, data, start_nan=False):
         return (jnp.where(start_nan & (y[0] == y0[0]), jnp.nan, r) if start_nan else r), None
 
     options = {"free": jnp.ones(4, bool)}
-    state = deferred_init(solver, fn, y0, options)
+    state = solver.deferred_init(fn, y0, options)
     y, state, steps = run_steps(solver, fn, options, y0, state, 0, 200)
     return y, steps, outcome(solver, fn, options, y, state, steps, 200)
 
