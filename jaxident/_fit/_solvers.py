@@ -462,11 +462,13 @@ def run_steps(solver, fn, options, y, state, steps, until):
 
     def body(c):
         y, state, k = c
-        counted = ~state.pending  # (evaluating a deferred start is not a step)
+        # (evaluating a deferred start is not a step; the count keeps the type it came
+        # with, so that a chunk's output steps call the next chunk's compiled kernel)
+        k = jnp.where(state.pending, k, k + 1)
         y, state, _ = solver.step(fn, y, None, options, state, NO_TAGS)
-        return y, state, k + counted.astype(k.dtype)
+        return y, state, k
 
-    return jax.lax.while_loop(cond, body, (y, state, jnp.asarray(steps)))
+    return jax.lax.while_loop(cond, body, (y, state, steps))
 
 
 def outcome(solver, fn, options, y, state, steps, max_steps):

@@ -377,6 +377,18 @@ def test_a_deferred_start_takes_the_steps_of_optimistix_and_holds_one_copy_of_th
     deferred = str(jax.make_jaxpr(_deferred_fit)(y0, DATA)).count(" exp ")
     eager = str(jax.make_jaxpr(lambda y: _solve(y, DATA).value)(y0)).count(" exp ")
     assert deferred < eager, (deferred, eager)
+    # a fit in chunks (`fit_in_chunks`) compiles its step kernel once: the state and
+    # step count a chunk returns have the types it was called with
+    from jaxident._fit._solvers import run_steps
+
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+    fn, options = (lambda y, _: (_residual(y, DATA), None)), {"free": jnp.ones(4, bool)}
+    chunk = jax.jit(lambda y, s, k, until: run_steps(solver, fn, options, y, s, k, until))
+    y, s, k = y0, solver.deferred_init(fn, y0, options), jnp.asarray(0)
+    while not bool(s.done | s.failed):
+        y, s, k = chunk(y, s, k, k + 2)
+    assert chunk._cache_size() == 1 and int(k) == int(ref.stats["num_steps"])
+    np.testing.assert_allclose(y, ref.value, rtol=1e-12, atol=1e-14)
     # a start where the model cannot be solved fails, as from the eager init
     _, k, res = jax.jit(lambda y: _deferred_fit(y, DATA, start_nan=True))(y0)
     assert int(k) == 0 and res == optx.RESULTS.nonlinear_divergence
