@@ -104,14 +104,14 @@ def test_estimate_errors():
 
 
 def test_estimate_under_jit_and_vmap():
-    """`ji.estimate` composes with jit (the same result) and vmap (a batch of data sets,
-    each as estimated alone, to the solver's tolerance)."""
+    """`ji.estimate` composes with jit (the same result, to rounding) and vmap (a batch
+    of data sets, each as estimated alone, to the solver's tolerance)."""
     model = ji.models.load("svir")
     data = ji.simulate(model).ys
     theta0 = model.parameters.nominal * 1.1
     ref = ji.estimate(model, data, theta0=theta0)
     jitted = jax.jit(lambda d, t0: ji.estimate(model, d, theta0=t0))(data, theta0)
-    np.testing.assert_array_equal(jitted.theta, ref.theta)
+    np.testing.assert_allclose(jitted.theta, ref.theta, rtol=1e-10)
     assert bool(jitted.ok) and jitted.message == ""
     noise = 1.0 + 0.01 * jax.random.normal(jax.random.key(0), (2, *data.shape))
     batch = data[None] * noise

@@ -338,11 +338,17 @@ def test_more_scaling_is_capped_by_the_curvature_now():
     np.testing.assert_allclose(mu, 1e-3 * 1e8, rtol=1e-15)
 
 
+# The deferred start's comparisons stop at rtol 1e-8: the step count is then the
+# algorithm's (at 1e-12 the last steps are decided by rounding, and two compilations of
+# the same fit may take 9 or 13).
+_DEFERRED_LM = ji.LevenbergMarquardt(rtol=1e-8, atol=1e-10)
+
+
 def _deferred_fit(y0, data, start_nan=False):
     """The fit as the compiled kernels run it: a deferred start, `run_steps`, `outcome`."""
     from jaxident._fit._solvers import outcome, run_steps
 
-    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+    solver = _DEFERRED_LM
 
     def fn(y, _):
         r = _residual(y, data)
@@ -360,35 +366,35 @@ def test_a_deferred_start_takes_the_steps_of_optimistix_and_holds_one_copy_of_th
     the residual function and its Jacobian traced into the program once, not twice
     (eager: `exp` in the start's value and Jacobian and again in the step's)."""
     y0 = jnp.array([1.0, 1.0, 0.0, 0.0])
-    ref = _solve(y0, DATA)
+    ref = _solve(y0, DATA, _DEFERRED_LM)
     y, steps, result = jax.jit(_deferred_fit)(y0, DATA)
     assert int(steps) == int(ref.stats["num_steps"]) and int(steps) > 3
-    np.testing.assert_allclose(y, ref.value, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(y, ref.value, rtol=1e-10, atol=1e-12)
     assert result == optx.RESULTS.successful
     # under vmap: the lanes as single fits
     starts = jnp.array([[1.0, 1.0, 0.0, 0.0], [3.0, 0.5, 1.0, 0.5]])
     ys, ks, _ = jax.vmap(lambda s: _deferred_fit(s, DATA))(starts)
     for s, yv, k in zip(starts, ys, ks):
-        one = _solve(s, DATA)
+        one = _solve(s, DATA, _DEFERRED_LM)
         np.testing.assert_allclose(yv, one.value, rtol=1e-10, atol=1e-12)
         assert int(k) == int(one.stats["num_steps"])
     # one copy of the residuals (exp) and of their Jacobian (exp's derivative) in the
     # program, where optimistix's init + loop hold two
     deferred = str(jax.make_jaxpr(_deferred_fit)(y0, DATA)).count(" exp ")
-    eager = str(jax.make_jaxpr(lambda y: _solve(y, DATA).value)(y0)).count(" exp ")
+    eager = str(jax.make_jaxpr(lambda y: _solve(y, DATA, _DEFERRED_LM).value)(y0)).count(" exp ")
     assert deferred < eager, (deferred, eager)
     # a fit in chunks (`fit_in_chunks`) compiles its step kernel once: the state and
     # step count a chunk returns have the types it was called with
     from jaxident._fit._solvers import run_steps
 
-    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14)
+    solver = _DEFERRED_LM
     fn, options = (lambda y, _: (_residual(y, DATA), None)), {"free": jnp.ones(4, bool)}
     chunk = jax.jit(lambda y, s, k, until: run_steps(solver, fn, options, y, s, k, until))
     y, s, k = y0, solver.deferred_init(fn, y0, options), jnp.asarray(0)
     while not bool(s.done | s.failed):
         y, s, k = chunk(y, s, k, k + 2)
     assert chunk._cache_size() == 1 and int(k) == int(ref.stats["num_steps"])
-    np.testing.assert_allclose(y, ref.value, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(y, ref.value, rtol=1e-10, atol=1e-12)
     # a start where the model cannot be solved fails, as from the eager init
     _, k, res = jax.jit(lambda y: _deferred_fit(y, DATA, start_nan=True))(y0)
     assert int(k) == 0 and res == optx.RESULTS.nonlinear_divergence

@@ -188,6 +188,7 @@ def test_rossler_transformed_basis_is_the_scaling_symmetry(rossler):
     assert res.dependence("p5", "p2") == [1, 0]
 
 
+@pytest.mark.optimized
 def test_hindmarsh_rose_full_rank_with_strong_p4_p5_anticorrelation():
     model = ji.models.load("hindmarsh_rose")
     X = ji.attractor_states(model, n=16, spacing=50.0, transient=1000.0)

@@ -262,6 +262,7 @@ def test_singularity_probing_is_unit_free_with_relative_steps():
         assert "failed, left out" in repr(paper)
 
 
+@pytest.mark.optimized
 def test_ivgtt_singularity_probing_in_seconds():
     """IVGTT with output I (Example 4): the seven non-identifiable parameters at the
     nominal point, each confirmed at all 104 singularity probes when the probing steps

@@ -45,7 +45,7 @@ def test_sharded_sweep_equals_single_device(tmp_path):
     assert np.flatnonzero(~r["many_ok"]).tolist() == [5, 30, 130, 400]
     ok = r["one_ok"]
     assert np.all(np.isfinite(r["one"][ok]))
-    np.testing.assert_allclose(r["many"][ok], r["one"][ok], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(r["many"][ok], r["one"][ok], rtol=1e-9, atol=0)
     assert np.all(np.isnan(r["many"][~ok])) and np.all(np.isnan(r["one"][~ok]))
 
 
@@ -81,7 +81,7 @@ def test_two_processes_share_a_sweep(tmp_path):
     assert joined.computed.all()
     np.testing.assert_array_equal(joined.ok, single.ok)
     ok = single.ok
-    np.testing.assert_allclose(joined.values[ok], single.values[ok], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(joined.values[ok], single.values[ok], rtol=1e-9, atol=0)
     assert np.all(np.isnan(joined.values[~ok]))
 
 
@@ -144,7 +144,7 @@ def test_fits_run_on_the_fit_device(tmp_path):
     assert others and all(seen[f"seen_other_{k}"] == [0] for k in others), seen
     assert int(r["default_one_home"]) == 0 and int(r["other_one_home"]) == 0
     for k in ("many", "side", "one", "at_fit", "stepwise"):
-        np.testing.assert_allclose(r[f"other_{k}"], r[f"default_{k}"], rtol=1e-12, atol=0)
+        np.testing.assert_allclose(r[f"other_{k}"], r[f"default_{k}"], rtol=1e-9, atol=0)
     # and they are fits: the optimum of the data's closed form (k 0.3, V 2)
     np.testing.assert_allclose(r["other_one"], [0.3037857, 1.9976265], rtol=1e-6)
 
