@@ -44,10 +44,11 @@ _one_core_per_worker()
 os.environ.setdefault("JAXIDENT_CACHE", "0")
 
 # Compile without XLA's CPU fusion emitters, as the entry points' kept kernels are
-# compiled for a user (jaxident/_runtime/_exported.py): the suite is mostly compilation, and this
-# makes it about 30% faster (issue 79's note). Results differ at rounding level only. The notebook kernels and pytest-xdist's
-# workers inherit it; a flag already given in XLA_FLAGS is kept. An XLA that does not
-# know the flag aborts at start (jaxlib 0.11 does not), so a fresh process tries it first.
+# compiled for a user (jaxident/_runtime/_exported.py): the suite is mostly compilation,
+# and this makes it about 30% faster (issue 79's note). Results differ at rounding level
+# only. The notebook kernels and pytest-xdist's workers inherit it; a flag already given
+# in XLA_FLAGS is kept. An XLA that does not know the flag aborts at start (jaxlib 0.11
+# does not), so a fresh process tries it first.
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_cpu_use_fusion_emitters" not in _flags:
     _with = f"{_flags} --xla_cpu_use_fusion_emitters=false".strip()
