@@ -1,5 +1,6 @@
-"""Figures for identifiability analyses (matplotlib). Every function takes an optional
-`ax` and returns it."""
+"""Figures for identifiability analyses (matplotlib). A function that draws one panel
+takes an optional `ax` and returns it; one that draws several (`profile`, `profiles`,
+`analysis`, `report`, ...) returns its figure."""
 
 from collections.abc import Mapping
 
@@ -139,7 +140,11 @@ def delay_histograms(result, kind: str = "singular", *, column: int = 0, pairs=N
 
 def profile(prof, *, true: Mapping[str, float] | None = None):
     """The estimates of the free parameters, and the cost, against the profiled
-    parameter (Schumann-Bischoff et al. 2016, Figs. 9 and 18). Returns the figure."""
+    parameter (Schumann-Bischoff et al. 2016, Figs. 9 and 18); a profile-likelihood
+    interval (one of `ji.likelihood_intervals`' results) is drawn by `profiles`.
+    Returns the figure."""
+    if hasattr(prof, "threshold") and hasattr(prof, "lower_end"):
+        return profiles({prof.name: prof})
     import matplotlib.pyplot as plt
 
     names = prof.names
@@ -251,6 +256,60 @@ def intervals(found: Mapping, ax=None):
     )
     ax.figure.tight_layout()
     return ax
+
+
+_END_STYLE = {  # how each kind of interval end is marked on a profile
+    "crossed": ("o", "tab:blue", "crossed the threshold"),
+    "open": (">", "tab:orange", "open: below the threshold up to the bound"),
+    "at bound": ("s", "tab:purple", "the estimate at its bound"),
+    "failed": ("x", "tab:red", "failed"),
+}
+
+
+def profiles(found: Mapping, *, ncols: int = 3):
+    """The profile likelihoods behind `ji.likelihood_intervals` (`{name: interval}`):
+    for each parameter twice the rise of the negative log-likelihood over the fit's,
+    against the parameter on its estimation scale, every profile point computed, the
+    threshold (the chi-square quantile of the interval's level), the estimate, and each
+    end marked by how it ended (crossed, open at the bound, the estimate at its bound,
+    failed). A profile that stays flat below the threshold is a parameter the data do not
+    bound (Raue et al. 2009, Fig. 2). Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    rows = list(found.items())
+    if not rows:
+        raise ValueError("No intervals to plot: give ji.likelihood_intervals' result.")
+    ncols = max(1, min(int(ncols), len(rows)))
+    nrows = -(-len(rows) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.6 * nrows), squeeze=False,
+                             constrained_layout=True)  # fmt: skip
+    seen = set()
+    for ax, (name, iv) in zip(axes.flat, rows):
+        x, cost = np.asarray(iv.values, float), np.asarray(iv.cost, float)
+        at = np.flatnonzero(x == iv.estimate)
+        best = float(cost[at[0]]) if at.size else float(np.nanmin(cost))
+        ax.plot(x, 2 * (cost - best), ".-", color="0.3", ms=4, lw=1)
+        ax.axhline(2 * iv.threshold, color="tab:red", ls="--", lw=1)
+        ax.axvline(iv.estimate, color="k", lw=0.6)
+        for v, end in ((iv.lower, iv.lower_end), (iv.upper, iv.upper_end)):
+            kind = str(end.value)
+            marker, colour, _ = _END_STYLE[kind]
+            y = 2 * iv.threshold if kind == "crossed" else 2 * float(np.interp(v, x, cost) - best)
+            ax.plot(v, y, marker, color=colour, ms=7, zorder=3)
+            seen.add(kind)
+        ax.set_title(name, fontsize="small")
+        ax.set_xlabel(f"{name} (estimation scale)", fontsize="small")
+        ax.set_ylabel("2 (-log L - best)", fontsize="small")
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.set_visible(False)
+    level = rows[0][1].level
+    handles = [Line2D([], [], color="tab:red", ls="--", label=f"{100 * level:g}% threshold")]
+    handles += [Line2D([], [], marker=_END_STYLE[k][0], color=_END_STYLE[k][1], ls="",
+                       label=_END_STYLE[k][2]) for k in _END_STYLE if k in seen]  # fmt: skip
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)),
+               frameon=False, fontsize="small")  # fmt: skip
+    return fig
 
 
 def report(rep, *, title: str | None = None):

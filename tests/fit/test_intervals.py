@@ -95,6 +95,38 @@ def test_open_and_at_bound_ends_are_planted():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["k, open", "k at its bound"]
 
 
+def test_profiles_are_drawn_with_their_ends_marked():
+    """`ji.plot.profiles` draws each interval's profile points (twice the rise over the
+    fit's -log L), the threshold, and each end by its kind: a crossed end on the
+    threshold line, an open one at the bound; `ji.plot.profile` of one interval draws
+    the same. Both return a Figure."""
+    from matplotlib.figure import Figure
+
+    t, y = decay_data()
+    x, ref = _reference(t, y)
+    inside = (ref["k"][1] + x[0]) / 2
+    _, _, problem = _problem(bounds=((0.05, inside), (0.2, 5.0)))
+    found = ji.likelihood_intervals(problem, x, progress=False)
+    fig = ji.plot.profiles(found)
+    assert isinstance(fig, Figure)
+    ax_k, ax_v = fig.axes[:2]
+    assert ax_k.get_title() == "k" and ax_v.get_title() == "V"
+    curve = ax_k.lines[0]
+    np.testing.assert_allclose(curve.get_xdata(), found["k"].values)
+    np.testing.assert_allclose(curve.get_ydata(), 2 * (found["k"].cost - _nll(t, y, *x)),
+                               atol=1e-6)  # fmt: skip
+    marks = {ln.get_marker(): (ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax_k.lines[3:]}
+    assert marks[">"][0] == inside  # open at k's upper bound, below the threshold
+    assert marks[">"][1] < 2 * found["k"].threshold
+    assert marks["o"] == pytest.approx((found["k"].lower, 2 * found["k"].threshold))
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[0] == "95% threshold" and any(lb.startswith("open") for lb in labels)
+    one = ji.plot.profile(found["V"])
+    assert isinstance(one, Figure) and one.axes[0].get_title() == "V"
+    with pytest.raises(ValueError, match="No intervals"):
+        ji.plot.profiles({})
+
+
 def test_a_point_off_the_optimum_warns():
     t, y, problem = _problem()
     x, _ = _reference(t, y)
