@@ -17,7 +17,7 @@ from .._model._checks import check_theta
 from .._problem._base import check_problem, Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
-from ._multistart import objective
+from ._multistart import check_count, objective
 from ._optimizers import AbstractOptimizer, checked_optimizer
 
 
@@ -214,6 +214,10 @@ def likelihood_intervals(
     check_problem(problem, "ji.likelihood_intervals")
     if not (isinstance(level, float | int) and 0 < level < 1) or isinstance(level, bool):
         raise ValueError(f"level must lie in (0, 1), got {level!r}.")
+    check_count("max_steps", max_steps)
+    check_count("max_points", max_points)
+    if isinstance(xtol, bool) or not (isinstance(xtol, float | int) and 0 < xtol < np.inf):
+        raise ValueError(f"xtol must be a positive number, got {xtol!r}.")
     theta = np.asarray(check_theta(problem, theta), dtype=float)
     box = problem.parameters
     lower, upper = np.asarray(box.lower, float), np.asarray(box.upper, float)

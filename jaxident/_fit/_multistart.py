@@ -83,6 +83,13 @@ _PROMISE = 1e-3  # a decrease of -log L that no likelihood-based conclusion noti
 _AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
 
 
+def check_count(name: str, value) -> int:
+    """A step or point cap: a positive integer (not a bool, not a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
 def at_bound(theta, lower, upper, free):
     """Which `free` parameters ended within `_AT_BOUND` of their box's width from a
     bound (every optimizer's rule; NumPy or JAX arrays)."""
@@ -462,8 +469,7 @@ def estimate_problem(
         pts = np.array(pts)  # (a writable copy)
         pts[:, ~free] = np.asarray(check_theta(problem, theta0))[~free]
     integrator = problem.model.integrator if integrator is None else integrator
-    if isinstance(max_steps, bool) or not (isinstance(max_steps, int) and max_steps >= 1):
-        raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}.")
+    check_count("max_steps", max_steps)
     if not bool(np.any(np.isfinite(np.asarray(problem.data)) & np.asarray(problem.observed))):
         raise ValueError(f"{problem.name or 'The problem'} has no data to fit (every datum NaN).")
     size = _batch_size(batch, len(pts))

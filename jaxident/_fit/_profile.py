@@ -17,6 +17,7 @@ from .._model._checks import check_model, check_theta
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
+from ._multistart import check_count
 from ._optimizers import AbstractOptimizer, checked_optimizer
 
 
@@ -122,6 +123,7 @@ def profile(
             f"a problem holds its data, times and noise; got also "
             f"{', '.join(extra + list(legacy_kwargs))}."
         )
+    check_count("max_steps", max_steps)
     names = problem.parameters.names if name is None else name
     one = isinstance(names, str)
     optimizer = checked_optimizer(optimizer)
@@ -201,6 +203,15 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress, opt
             raise ValueError(f"{name!r} has an infinite bound: give the profile's values.")
         values = np.linspace(lo, up, 15)
     values = _grid(values)
+    lo, up = float(problem.parameters.lower[j]), float(problem.parameters.upper[j])
+    outside = (values < lo) | (values > up)
+    if outside.any():
+        raise ValueError(
+            f"{name}: the profile values {values[outside][:5].tolist()} lie outside its "
+            f"bounds [{lo:g}, {up:g}] (on its estimation scale). A profile point holds "
+            "the parameter at the value reported; give values inside the bounds, or widen "
+            "them."
+        )
     theta0 = np.asarray(check_theta(problem, theta0), dtype=float)
     integrator = problem.model.integrator if integrator is None else integrator
     free = np.arange(problem.parameters.p) != j

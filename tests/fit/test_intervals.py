@@ -144,6 +144,35 @@ def test_bad_input():
         ji.likelihood_intervals(problem, [3.0, 2.0])
     with pytest.raises(ValueError, match="not a parameter|unknown|Unknown"):
         ji.likelihood_intervals(problem, [0.3, 2.0], "q")
+    # step and point caps and the bracket's tolerance by type and range (max_steps=True
+    # or 0 used to run, each fit unconverged, the ends reported as crossed)
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+            ji.likelihood_intervals(problem, [0.3, 2.0], "k", max_steps=bad)
+        with pytest.raises(ValueError, match="max_points must be a positive integer"):
+            ji.likelihood_intervals(problem, [0.3, 2.0], "k", max_points=bad)
+    for bad in (0.0, -1e-4, np.inf):
+        with pytest.raises(ValueError, match="xtol must be a positive number"):
+            ji.likelihood_intervals(problem, [0.3, 2.0], "k", xtol=bad)
+    # (a float cap, a bool tolerance: the suite's run-time type checks refuse them first,
+    # with a TypeError; without them, the ValueErrors above)
+    for kw in ({"max_steps": 1.5}, {"max_points": 2.0}, {"xtol": True}):
+        with pytest.raises((TypeError, ValueError)):
+            ji.likelihood_intervals(problem, [0.3, 2.0], "k", **kw)
+
+
+def test_profile_values_outside_the_box_are_refused():
+    """A profile point is a fit at the value reported: values outside the parameter's
+    bounds are refused (they were clipped to the bound and reported at the value asked,
+    the cost of another point), and so are step caps that are not positive integers."""
+    t, y, problem = _problem()
+    with pytest.raises(ValueError, match=r"\[0.01\] lie outside its bounds \[0.05, 2\]"):
+        ji.profile(problem, "k", [0.01, 0.3, 0.6], progress=False)
+    for bad in (0, True):
+        with pytest.raises(ValueError, match="max_steps must be a positive integer"):
+            ji.profile(problem, "k", [0.3, 0.6], max_steps=bad, progress=False)
+    with pytest.raises((TypeError, ValueError)):  # (the suite's type checks, or ours)
+        ji.profile(problem, "k", [0.3, 0.6], max_steps=2.0, progress=False)
 
 
 @pytest.mark.slow
