@@ -27,6 +27,7 @@ ALLOWED_INSIDE = {
     ("jaxident", "jaxident._io._sbml"),  # ji.sbml_model: needs libsbml, loaded on first use
     ("jaxident.plot", "matplotlib.pyplot"),
     ("jaxident.plot", "matplotlib.patches"),
+    ("jaxident.plot", "matplotlib.lines"),
     ("jaxident._io._petab", "libsbml"),
     # kept out of `import jaxident` for its start-up time (0.25 s of its 1.5 s, one core),
     # each needed by one rarely used function: a sparse LU's ordering, optax's optimizer,
