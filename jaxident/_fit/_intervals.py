@@ -13,11 +13,11 @@ from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
 from .._model._base import Integrator
-from .._model._checks import check_theta
+from .._model._checks import check_count, check_theta
 from .._problem._base import check_problem, Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
-from ._multistart import check_count, objective
+from ._multistart import objective
 from ._optimizers import AbstractOptimizer, checked_optimizer
 
 

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from .. import plot
 from .._model._base import Integrator
-from .._model._checks import check_theta
+from .._model._checks import check_count, check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
 from .._problem._measurements import free_mask
@@ -81,13 +81,6 @@ _PROMISE = 1e-3  # a decrease of -log L that no likelihood-based conclusion noti
 
 
 _AT_BOUND = 1e-3  # of the box's width: a parameter that ended this near a bound
-
-
-def check_count(name: str, value) -> int:
-    """A step or point cap: a positive integer (not a bool, not a float)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
 
 
 def at_bound(theta, lower, upper, free):

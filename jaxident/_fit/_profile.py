@@ -13,11 +13,10 @@ from tqdm.auto import tqdm
 
 from .. import plot
 from .._model._base import AbstractModel, Integrator
-from .._model._checks import check_model, check_theta
+from .._model._checks import check_count, check_model, check_theta
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._multistart import check_count
 from ._optimizers import AbstractOptimizer, checked_optimizer
 
 
@@ -197,13 +196,12 @@ def _walk(values, at, guess0, name, progress, fit):
 def _profile(problem, name, values, theta0, integrator, max_steps, progress, optimizer):
     """The profile of one parameter (`ji.profile`)."""
     j = problem.parameters.index(name)
+    lo, up = float(problem.parameters.lower[j]), float(problem.parameters.upper[j])
     if values is None:
-        lo, up = float(problem.parameters.lower[j]), float(problem.parameters.upper[j])
         if not (np.isfinite(lo) and np.isfinite(up)):
             raise ValueError(f"{name!r} has an infinite bound: give the profile's values.")
         values = np.linspace(lo, up, 15)
     values = _grid(values)
-    lo, up = float(problem.parameters.lower[j]), float(problem.parameters.upper[j])
     outside = (values < lo) | (values > up)
     if outside.any():
         raise ValueError(

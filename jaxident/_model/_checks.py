@@ -196,6 +196,13 @@ def check_model_shapes(model: AbstractModel) -> int:
     return n_out
 
 
+def check_count(name: str, value) -> int:
+    """A step or point cap: a positive integer (not a bool, not a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
 def check_model(model) -> None:
     """A jaxident model whose methods return what they must (see `check_model_shapes`)."""
     if not isinstance(model, AbstractModel):
