@@ -13,7 +13,7 @@ def _one_core_per_worker() -> None:
     jaxlib runs a vmapped LAPACK call (QR, SVD, triangular solve) by splitting the batch
     over a thread pool sized to the CPUs the process may use, and its threads wait for
     one another by spinning. Two workers on two shared cores then starve each other's
-    waits: a 2 s selection takes 40 s or more. Pinning each worker (and the notebook
+    waits, by an order of magnitude and more. Pinning each worker (and the notebook
     kernels it starts, which inherit the mask) to its own cores sizes the pools to match.
     It must run before JAX creates its CPU client.
     """
