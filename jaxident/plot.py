@@ -235,7 +235,8 @@ def intervals(found: Mapping, ax=None):
     returns them): one row per entry,
     its interval as a bar on the estimation scale and the estimate as a dot; an open end
     (the profile stays below the threshold up to the bound) drawn as an orange arrow
-    head at the bound, and a failed one as a red cross."""
+    head at the bound, one set by a partner's bound as a green diamond, and a failed one
+    as a red cross."""
     ax = _axes(ax)
     rows = list(found.values())
     for i, iv in enumerate(rows):
@@ -246,6 +247,8 @@ def intervals(found: Mapping, ax=None):
                 ax.plot(v, i, ">" if sign > 0 else "<", color="tab:orange", ms=8)
             elif end.value == "failed":
                 ax.plot(v, i, "x", color="tab:red", ms=8)
+            elif end.value == "at a partner's bound":
+                ax.plot(v, i, "D", color="tab:green", ms=6)
     ax.set_yticks(range(len(rows)), list(found))
     ax.invert_yaxis()
     level = rows[0].level if rows else 0.95
@@ -261,6 +264,7 @@ def intervals(found: Mapping, ax=None):
 _END_STYLE = {  # how each kind of interval end is marked on a profile
     "crossed": ("o", "tab:blue", "crossed the threshold"),
     "open": (">", "tab:orange", "open: below the threshold up to the bound"),
+    "at a partner's bound": ("D", "tab:green", "set by a partner's bound (named)"),
     "at bound": ("s", "tab:purple", "the estimate at its bound"),
     "failed": ("x", "tab:red", "failed"),
 }
@@ -271,9 +275,10 @@ def profiles(found: Mapping, *, ncols: int = 3):
     for each parameter twice the rise of the negative log-likelihood over the fit's,
     against the parameter on its estimation scale, every profile point computed, the
     threshold (the chi-square quantile of the interval's level), the estimate, and each
-    end marked by how it ended (crossed, open at the bound, the estimate at its bound,
-    failed). A profile that stays flat below the threshold is a parameter the data do not
-    bound (Raue et al. 2009, Fig. 2). Returns the figure."""
+    end marked by how it ended (crossed, set by a partner's bound (named beside it), open
+    at the bound, the estimate at its bound, failed). A profile that stays flat below the
+    threshold is a parameter the data do not bound (Raue et al. 2009, Fig. 2). Returns
+    the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
@@ -292,12 +297,17 @@ def profiles(found: Mapping, *, ncols: int = 3):
         ax.plot(x, 2 * (cost - best), ".-", color="0.3", ms=4, lw=1)
         ax.axhline(2 * iv.threshold, color="tab:red", ls="--", lw=1)
         ax.axvline(iv.estimate, color="k", lw=0.6)
-        for v, end in ((iv.lower, iv.lower_end), (iv.upper, iv.upper_end)):
+        for v, end, side in ((iv.lower, iv.lower_end, "lower"), (iv.upper, iv.upper_end, "upper")):
             kind = str(end.value)
             marker, colour, _ = _END_STYLE[kind]
-            y = 2 * iv.threshold if kind == "crossed" else 2 * float(np.interp(v, x, cost) - best)
+            crossing = kind in ("crossed", "at a partner's bound")
+            y = 2 * iv.threshold if crossing else 2 * float(np.interp(v, x, cost) - best)
             ax.plot(v, y, marker, color=colour, ms=7, zorder=3)
             seen.add(kind)
+            partner = getattr(iv, f"{side}_partner", None)
+            if partner:
+                ax.annotate(partner, (v, y), xytext=(0, 6), textcoords="offset points",
+                            ha="center", fontsize="x-small", color=colour)  # fmt: skip
         ax.set_title(name, fontsize="small")
         ax.set_xlabel(f"{name} (estimation scale)", fontsize="small")
         ax.set_ylabel("2 (-log L - best)", fontsize="small")

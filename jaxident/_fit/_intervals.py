@@ -6,9 +6,12 @@ the bound is open (the data do not bound the parameter on that side)."""
 
 import warnings
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
@@ -18,17 +21,21 @@ from .._problem._base import check_problem, Problem
 from .._runtime._choice import Choice
 from .._runtime._context import clean_errors
 from ._multistart import objective
-from ._optimizers import AbstractOptimizer, checked_optimizer
+from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
 
 class IntervalEnd(Choice):
     """How an interval ends on one side: `crossed` (the profile crosses the threshold
-    there), `open` (it stays below the threshold up to the parameter's bound: the end
-    is the bound, and the data do not bound the parameter on that side), `at_bound`
-    (the estimate itself lies at that bound), `failed` (the fits failed before
-    either)."""
+    there: the data bound the parameter), `partner` (it crosses there only because a
+    re-estimated parameter sits at one of its bounds, named in the interval's
+    `lower_partner` / `upper_partner`: with that bound widened the profile stays lower,
+    so the end is the box's, not the data's), `open` (it stays below the threshold up to
+    the parameter's own bound: the end is the bound), `at_bound` (the estimate itself
+    lies at that bound), `failed` (the fits failed before either: the reason is in
+    `lower_reason` / `upper_reason`)."""
 
     crossed = "crossed"
+    partner = "at a partner's bound"
     open = "open"
     at_bound = "at bound"
     failed = "failed"
@@ -38,10 +45,14 @@ class LikelihoodInterval(eqx.Module):
     """A profile-likelihood confidence interval of one parameter (estimation scale).
 
     **Fields:** `name`, `estimate` (the fit's value), `lower`, `upper` (the ends),
-    `lower_end`, `upper_end` (how each side ends: a `ji.IntervalEnd`), `level`, `threshold`
-    (the rise of -log L at the ends: half the chi-square quantile with one degree of
-    freedom), `values` and `cost` (every profile point computed, sorted: the
-    negative log-likelihood with the others re-estimated), `fits`.
+    `lower_end`, `upper_end` (how each side ends: a `ji.IntervalEnd`), `lower_partner`,
+    `upper_partner` (the re-estimated parameter whose bound sets that end, or `None`),
+    `lower_reason`, `upper_reason` (why a `failed` end failed, else ""), `level`,
+    `threshold` (the rise of -log L at the ends: half the chi-square quantile with one
+    degree of freedom), `values` and `cost` (every converged profile point, sorted: the
+    negative log-likelihood with the others re-estimated), `fits` (the fits run),
+    `failed_points` (profile values whose fits failed from every start, with the
+    reasons: `((value, reason), ...)`).
     """
 
     name: str
@@ -55,10 +66,16 @@ class LikelihoodInterval(eqx.Module):
     values: np.ndarray
     cost: np.ndarray
     fits: int
+    lower_partner: str | None = None
+    upper_partner: str | None = None
+    lower_reason: str = ""
+    upper_reason: str = ""
+    failed_points: tuple = ()
 
     @property
     def bounded(self) -> bool:
-        """Whether the data bound the parameter on both sides (both ends crossed)."""
+        """Whether the data bound the parameter on both sides (both ends crossed, neither
+        set by a partner's bound)."""
         return self.lower_end == IntervalEnd.crossed and self.upper_end == IntervalEnd.crossed
 
     def to_dict(self) -> dict:
@@ -69,16 +86,30 @@ class LikelihoodInterval(eqx.Module):
             "upper": self.upper,
             "lower_end": str(self.lower_end.value),
             "upper_end": str(self.upper_end.value),
+            "lower_partner": self.lower_partner,
+            "upper_partner": self.upper_partner,
+            "lower_reason": self.lower_reason,
+            "upper_reason": self.upper_reason,
             "level": self.level,
         }
 
+    def describe(self, side: str) -> str:
+        """How the `"lower"` or `"upper"` end ended, in words."""
+        kind = getattr(self, f"{side}_end")
+        if kind == IntervalEnd.partner:
+            return f"set by {getattr(self, f'{side}_partner')}'s bound"
+        if kind == IntervalEnd.failed:
+            return f"failed: {getattr(self, f'{side}_reason')}"
+        return "" if kind == IntervalEnd.crossed else str(kind.value)
+
     def __repr__(self) -> str:
-        def end(v, kind):
-            return f"{v:.6g}" + ("" if kind == IntervalEnd.crossed else f" ({kind.value})")
+        def end(side):
+            how = self.describe(side)
+            return f"{getattr(self, side):.6g}" + (f" ({how})" if how else "")
 
         return (
             f"{self.name} = {self.estimate:.6g}, {100 * self.level:g}% profile interval "
-            f"[{end(self.lower, self.lower_end)}, {end(self.upper, self.upper_end)}]"
+            f"[{end('lower')}, {end('upper')}]"
         )
 
 
@@ -99,82 +130,234 @@ def _first_step(var: float, width: float) -> float:
     return float(np.clip(std, 1e-3 * width, 0.1 * width))
 
 
-class _Side(eqx.Module):
-    """The walk to one side: `fit(value, guess) -> (estimates of the others, nll)`."""
+# The walk aims each step at a rise of `_TARGET` times the threshold (about eight points
+# a side for a quadratic profile, as Data2Dynamics' adaptive steps aim at a fixed change
+# of the likelihood); a step whose rise exceeds `_JUMP` targets is re-solved from more
+# starts, and shortened while the rise stays that steep.
+_TARGET = 0.25
+_JUMP = 2.0
+# A partner's bound sets an end where widening it lowers the rise there by this fraction
+# of the threshold.
+_PARTNER = 0.1
 
-    theta: np.ndarray
-    j: int
-    best: float
-    threshold: float
-    fit: object
-    points: list
 
-    def rise(self, value, guess):
-        est, nll = self.fit(value, guess)
-        self.points.append((value, nll))
-        return est, nll - self.best
+class _Point(NamedTuple):
+    """A converged profile point: the value, -log L, the others' estimates, which of them
+    ended at a bound."""
 
-    def walk(self, direction: int, step: float, bound: float, max_points: int, xtol: float):
-        """The end on this side: `(value, IntervalEnd)`."""
+    value: float
+    nll: float
+    est: np.ndarray
+    bound: np.ndarray
+
+
+# Starts drawn in the others' box where a jump stays after the shorter steps (another
+# branch of the valley, as a flip-flop optimum's, cannot be reached along this one).
+_RESTARTS = 4
+
+
+def restarts(lower, upper, seed: int, n: int = _RESTARTS) -> list[np.ndarray]:
+    """`n` Latin-hypercube starts in the box `[lower, upper]` (NumPy, seeded: a profile's
+    points are reproducible); none where a bound is infinite."""
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        return []
+    rng = np.random.default_rng(seed)
+    u = (np.argsort(rng.random((n, lower.size)), axis=0) + rng.random((n, lower.size))) / n
+    return list(lower + u * (upper - lower))
+
+
+def _secant(a, fa, b, fb) -> float:
+    """The zero of the line through `(a, fa)` and `(b, fb)` (their middle where flat)."""
+    return b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+
+
+class _Better(Exception):
+    """A profile point below the fit's -log L: the fit was not the optimum."""
+
+    def __init__(self, theta, nll):
+        self.theta, self.nll = theta, nll
+
+
+class _Walk:
+    """The profile of parameter `j` from the fit `theta` (its -log L `best`): every fit
+    run, the converged points and the failed values."""
+
+    def __init__(self, problem, theta, j, best, threshold, optimizer, integrator, max_steps):
+        self.problem, self.theta, self.j, self.best = problem, theta, j, best
+        self.threshold, self.optimizer, self.integrator = threshold, optimizer, integrator
+        self.max_steps = max_steps
+        self.free = np.arange(theta.size) != j
+        box = problem.parameters
+        self.lower, self.upper = np.asarray(box.lower, float), np.asarray(box.upper, float)
+        self.tol = 1e-6 * max(1.0, abs(best))
+        self.fits = 0
+        self.points = [_Point(float(theta[j]), best, theta[self.free],
+                              np.zeros(theta.size - 1, bool))]  # fmt: skip
+        self.failed: list[tuple[float, str]] = []
+
+    def fit(self, value, guess, problem=None):
+        """One fit of the others at `value` from `guess`: a `_Point` if it converged, else
+        `(None, reason)`."""
+        start = self.theta.copy()
+        start[self.j] = value
+        start[self.free] = np.clip(guess, self.lower[self.free], self.upper[self.free])
+        problem = self.problem if problem is None else problem
+        est, nll, _, result, bound, _ = self.optimizer.fit(
+            problem, start, self.free, self.integrator, self.max_steps
+        )
+        self.fits += 1
+        nll = float(nll)
+        if not np.isfinite(nll):
+            return None, "the model could not be solved, or its likelihood is not finite"
+        if result != optx.RESULTS.successful:
+            return None, failure(result, self.max_steps)
+        est = np.asarray(est, float)
+        return _Point(float(value), nll, est[self.free], np.asarray(bound)[self.free]), ""
+
+    def solve(self, value, guesses, every=False):
+        """The profile point at `value`: the first converged fit from `guesses` (with
+        `every`, the lowest of all of them), or `None` with the last reason."""
+        found, reason, tried = None, "", []
+        for g in guesses:
+            g = np.clip(g, self.lower[self.free], self.upper[self.free])
+            if any(np.array_equal(g, t) for t in tried):
+                continue
+            tried.append(g)
+            point, why = self.fit(value, g)
+            if point is None:
+                reason = why
+                continue
+            if found is None or point.nll < found.nll:
+                found = point
+            if not every:
+                break
+        if found is None:
+            self.failed.append((float(value), reason))
+            return None, reason
+        self.points.append(found)
+        if found.nll < self.best - self.tol:
+            better = self.theta.copy()
+            better[self.j], better[self.free] = found.value, found.est
+            raise _Better(better, found.nll)
+        return found, ""
+
+    def predict(self, path, value):
+        """The others' start at `value`: extrapolated along the path's last two points
+        (the valley's direction), or the last point's estimate."""
+        last = path[-1]
+        if len(path) < 2 or path[-2].value == last.value:
+            return last.est
+        slope = (last.est - path[-2].est) / (last.value - path[-2].value)
+        return last.est + slope * (value - last.value)
+
+    def side(self, direction: int, step: float, bound: float, max_points: int, xtol: float):
+        """The end on one side: `(value, IntervalEnd, partner, reason)`."""
         v0 = float(self.theta[self.j])
         if (bound - v0) * direction <= 0:
-            return v0, IntervalEnd.at_bound
-        prev_v, prev_r = v0, 0.0
-        prev_est = np.delete(self.theta, self.j)
+            return v0, IntervalEnd.at_bound, None, ""
+        target, step0 = _TARGET * self.threshold, step
+        path, restarted = [self.points[0]], False
         for _ in range(max_points):
-            v = v0 + direction * min(abs(bound - v0), abs(prev_v - v0) + step)
-            est, r = self.rise(v, prev_est)
-            tries = 0
-            while not np.isfinite(r) and tries < 4:  # a failed fit: a shorter step
+            prev = path[-1]
+            v = prev.value + direction * step
+            if (bound - v) * direction <= 0.5 * xtol:
+                v = bound  # (exactly: the bound is the end where the profile stays below)
+            point, why = self.solve(v, [self.predict(path, v), prev.est])
+            if point is None:  # a failed fit: a shorter step
+                if step / 4 < xtol:
+                    return prev.value, IntervalEnd.failed, None, why
                 step /= 4
-                v = prev_v + direction * step
-                est, r = self.rise(v, prev_est)
-                tries += 1
-            if not np.isfinite(r):
-                return prev_v, IntervalEnd.failed
-            if r >= self.threshold:
-                return self._bracket(prev_v, prev_r, prev_est, v, r, xtol), IntervalEnd.crossed
+                continue
+            if point.nll - prev.nll > _JUMP * target:  # a jump
+                if step / 2 >= step0:  # first a shorter step
+                    step /= 2
+                    continue
+                # then the point again from the earlier points' and the fit's estimates,
+                # and the first time from starts across the box
+                guesses = [p.est for p in path[::-1][1:3]] + [self.theta[self.free]]
+                if not restarted:
+                    restarted = True
+                    lo, up = self.lower[self.free], self.upper[self.free]
+                    guesses += restarts(lo, up, len(self.points))
+                again, _ = self.solve(v, guesses, every=True)
+                if again is not None and again.nll < point.nll:
+                    point = again
+                if point.nll - prev.nll > _JUMP * target and step / 2 >= xtol:
+                    step /= 2
+                    continue
+            path.append(point)
+            restarted = False
+            if point.nll - self.best >= self.threshold:
+                return self.cross(prev, point, xtol)
             if v == bound:
-                return bound, IntervalEnd.open
-            # aim the next step at about a third of the threshold's rise
-            gained = r - prev_r
-            step = step * (2.0 if gained < self.threshold / 6 else 1.0)
-            prev_v, prev_r, prev_est = v, r, est
-        return prev_v, IntervalEnd.failed
+                return bound, IntervalEnd.open, None, ""
+            gained = max(point.nll - prev.nll, 0.0)
+            step *= float(np.clip(target / gained, 0.5, 2.0)) if gained > 0 else 2.0
+        why = f"max_points={max_points} profile points before the threshold or the bound"
+        return prev.value, IntervalEnd.failed, None, why
 
-    def _bracket(self, a, ra, est_a, b, rb, xtol):
-        """The crossing of `rise = threshold` between `a` (below) and `b` (above), by
-        regula falsi (Illinois) on the profile, each fit from the nearest point below."""
-        t = self.threshold
-        fa, fb = ra - t, rb - t
+    def cross(self, a, b, xtol):
+        """The crossing of `rise = threshold` between the points `a` (below) and `b`
+        (above), by regula falsi (Illinois), each fit from the interpolation of the two
+        sides' estimates; then whether a partner's bound sets it."""
+        t = self.best + self.threshold
+        fa, fb = a.nll - t, b.nll - t
         side = 0
         for _ in range(40):
-            if abs(b - a) <= xtol:
+            if abs(b.value - a.value) <= xtol:
                 break
-            c = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
-            if not (min(a, b) < c < max(a, b)):
-                c = 0.5 * (a + b)
-            est_c, rc = self.rise(c, est_a)
-            fc = rc - t
-            if not np.isfinite(fc):
-                c = 0.5 * (a + b)
-                est_c, rc = self.rise(c, est_a)
-                fc = rc - t
-                if not np.isfinite(fc):
-                    break
-            if abs(fc) <= 1e-6 * t:
-                return c
+            c = _secant(a.value, fa, b.value, fb)
+            if not (min(a.value, b.value) < c < max(a.value, b.value)):
+                c = 0.5 * (a.value + b.value)
+            w = (c - a.value) / (b.value - a.value)
+            point, _ = self.solve(c, [a.est + w * (b.est - a.est), a.est, b.est])
+            if point is None:
+                break
+            fc = point.nll - t
+            if abs(fc) <= 1e-6 * self.threshold:
+                a = b = point
+                break
             if fc < 0:
-                a, fa, est_a = c, fc, est_c
+                a, fa = point, fc
                 if side == -1:
                     fb /= 2
                 side = -1
             else:
-                b, fb = c, fc
+                b, fb = point, fc
                 if side == 1:
                     fa /= 2
                 side = 1
-        return b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        if a is b:
+            value = a.value
+        else:
+            value = _secant(a.value, fa, b.value, fb)
+        partner = self.partner(b)
+        kind = IntervalEnd.crossed if partner is None else IntervalEnd.partner
+        return float(value), kind, partner, ""
+
+    def partner(self, point):
+        """The re-estimated parameter whose bound holds the profile up at `point`, or
+        `None`: of those at a bound there, the one whose bound, widened by its box's
+        width, lowers the rise the most (by at least `_PARTNER` of the threshold)."""
+        names = [n for n, f in zip(self.problem.parameters.names, self.free) if f]
+        others = np.flatnonzero(self.free)
+        found, most = None, _PARTNER * self.threshold
+        for k in np.flatnonzero(point.bound):
+            i = others[k]
+            lo, up = self.lower.copy(), self.upper.copy()
+            width = up[i] - lo[i]
+            if not np.isfinite(width):
+                continue
+            if point.est[k] - lo[i] <= up[i] - point.est[k]:
+                lo[i] -= width
+            else:
+                up[i] += width
+            wider = eqx.tree_at(lambda p: (p.parameters.lower, p.parameters.upper),
+                                self.problem, (jnp.asarray(lo), jnp.asarray(up)))  # fmt: skip
+            relaxed, _ = self.fit(point.value, point.est, wider)
+            if relaxed is not None and point.nll - relaxed.nll > most:
+                found, most = names[k], point.nll - relaxed.nll
+        return found
 
 
 @clean_errors
@@ -199,14 +382,24 @@ def likelihood_intervals(
     at 95%). Unlike the Fisher information's intervals they follow the likelihood, so
     they are asymmetric where it is, and open where the data do not bound a parameter.
 
-    Each side is walked from `theta` in steps of about one Wald standard deviation
-    (doubled while the profile rises slowly), every fit starting from its neighbour's
-    estimate (`optimizer`, default `ji.FisherLM()`, at most `max_steps` steps each);
-    the crossing is then bracketed to `xtol` on the estimation scale. A side that
-    reaches the bound below the threshold ends there, `open`; a side whose fits fail
-    ends `failed` at the last good value. A profile point below the fit's -log L means
-    `theta` was not the optimum: a warning says so, and the rise is measured from
-    `theta`'s value.
+    Each side is walked from `theta` along the valley (as Data2Dynamics' and pyPESTO's
+    profiles): every point re-estimates the others (`optimizer`, default
+    `ji.FisherLM()`, at most `max_steps` steps) from the path's extrapolation, then
+    from its neighbour's estimate; a point counts only where its fit converged at the
+    value reported (else it is in `failed_points` with the reason, and the step is
+    shortened). The steps adapt to a rise of a quarter of the threshold each (the first
+    about one Wald standard deviation); a step that rises more than twice that is
+    solved again from the earlier points' and the fit's estimates and shortened while
+    the rise stays that steep, so that a fit left in a higher valley (where a partner
+    reached its bound, say) does not pass for the profile. The crossing is bracketed to
+    `xtol` on the estimation scale. Each end says how it ended (`ji.IntervalEnd`):
+    crossed; set by a partner's bound (the parameter at a bound there whose bound,
+    widened, lowers the rise by a tenth of the threshold or more: named); open at the
+    parameter's own bound; the estimate at its bound; failed, with the reason (a side
+    whose fits fail, or that uses `max_points` points). A profile point below the fit's
+    -log L means `theta` was not the optimum: every parameter is fitted again from
+    there, a warning says so, and the intervals start again from the new fit (their
+    `estimate`s its values).
 
     **Returns:** `{name: ji.LikelihoodInterval}` (ends, how each ends, every profile
     point computed); `ji.plot.intervals` draws them.
@@ -230,46 +423,62 @@ def likelihood_intervals(
     idx = [box.index(n) for n in names]
     optimizer = checked_optimizer(optimizer)
     integrator = problem.model.integrator if integrator is None else integrator
-    best = float(objective(problem, theta, integrator, derivatives=False))
-    if not np.isfinite(best):
-        raise ValueError("The model cannot be solved at theta: give the fit's estimate.")
     from scipy.special import chdtri  # (kept out of `import jaxident`)
 
     threshold = 0.5 * float(chdtri(1, 1.0 - level))  # the chi-square(1) quantile
-    var = _wald_variances(problem, theta, integrator)
-    out = {}
-    for j in tqdm(idx, desc="profile intervals", disable=not progress or len(idx) < 2):
-        out[box.names[j]] = _interval(problem, theta, j, var[j], best, threshold, level,
-                                      optimizer, integrator, max_steps, max_points,
-                                      xtol)  # fmt: skip
-    return out
+    for _ in range(_REFITS + 1):
+        best = float(objective(problem, theta, integrator, derivatives=False))
+        if not np.isfinite(best):
+            raise ValueError("The model cannot be solved at theta: give the fit's estimate.")
+        var = _wald_variances(problem, theta, integrator)
+        out = {}
+        try:
+            for j in tqdm(idx, desc="profile intervals", disable=not progress or len(idx) < 2):
+                walk = _Walk(problem, theta, j, best, threshold, optimizer, integrator, max_steps)
+                out[box.names[j]] = _interval(walk, var[j], level, max_points, xtol)
+            return out
+        except _Better as found:
+            theta = _refit(problem, found, optimizer, integrator, max_steps)
+            warnings.warn(
+                f"The profile of {box.names[j]} found -log L {found.nll:.6g} below the fit's "
+                f"{best:.6g}: theta was not the optimum. Refitted from there (-log L "
+                f"{float(objective(problem, theta, integrator, derivatives=False)):.6g}); the "
+                "intervals are those of the new fit, their `estimate`s its values.",
+                stacklevel=3,
+            )
+    raise RuntimeError(
+        f"The profiles found a better optimum {_REFITS + 1} times over: fit the problem from "
+        "more starts (ji.estimate(problem, starts=...)) and give its best theta."
+    )
 
 
-def _interval(problem, theta, j, var, best, threshold, level, optimizer, integrator,
-              max_steps, max_points, xtol) -> LikelihoodInterval:  # fmt: skip
-    box = problem.parameters
-    lo, up = float(box.lower[j]), float(box.upper[j])
-    free = np.arange(box.p) != j
+# How often the intervals start again from a better optimum their profiles found.
+_REFITS = 3
 
-    def fit(value, guess):  # (each optimizer clips the start into the bounds)
-        start = theta.copy()
-        start[j], start[free] = value, guess
-        est, nll, *_ = optimizer.fit(problem, start, free, integrator, max_steps)
-        return np.asarray(est)[free], float(nll)
 
-    side = _Side(theta, j, best, threshold, fit, [(float(theta[j]), best)])
+def _refit(problem, found, optimizer, integrator, max_steps) -> np.ndarray:
+    """The fit of every parameter from the better profile point `found`; the point
+    itself where the fit does not improve on it."""
+    free = np.ones(found.theta.size, bool)
+    est, nll, *_ = optimizer.fit(problem, found.theta, free, integrator, max_steps)
+    est, nll = np.asarray(est, float), float(nll)
+    return est if np.isfinite(nll) and nll <= found.nll else found.theta
+
+
+def _interval(walk: _Walk, var, level, max_points, xtol) -> LikelihoodInterval:
+    j = walk.j
+    lo, up = float(walk.lower[j]), float(walk.upper[j])
     step = _first_step(var, up - lo)
-    a, a_end = side.walk(-1, step, lo, max_points, xtol)
-    b, b_end = side.walk(+1, step, up, max_points, xtol)
-    values, cost = map(np.asarray, zip(*sorted(side.points)))
-    if np.nanmin(cost) < best - 1e-6 * max(1.0, abs(best)):
-        warnings.warn(
-            f"The profile of {box.names[j]} found -log L {np.nanmin(cost):.6g} below the "
-            f"fit's {best:.6g}: theta is not the optimum; fit again from there.",
-            stacklevel=3,
-        )
+    a, a_end, a_partner, a_why = walk.side(-1, step, lo, max_points, xtol)
+    b, b_end, b_partner, b_why = walk.side(+1, step, up, max_points, xtol)
+    lowest = {}  # (a value solved again from more starts keeps its lowest fit)
+    for p in walk.points:
+        lowest[p.value] = min(p.nll, lowest.get(p.value, np.inf))
+    values, cost = (np.asarray(x, float) for x in zip(*sorted(lowest.items())))
     return LikelihoodInterval(
-        name=box.names[j], estimate=float(theta[j]), lower=float(a), upper=float(b),
-        lower_end=a_end, upper_end=b_end, level=float(level), threshold=threshold,
-        values=values, cost=cost, fits=len(side.points) - 1,
+        name=walk.problem.parameters.names[j], estimate=float(walk.theta[j]), lower=float(a),
+        upper=float(b), lower_end=a_end, upper_end=b_end, level=float(level),
+        threshold=walk.threshold, values=values, cost=cost, fits=walk.fits,
+        lower_partner=a_partner, upper_partner=b_partner, lower_reason=a_why,
+        upper_reason=b_why, failed_points=tuple(walk.failed),
     )  # fmt: skip

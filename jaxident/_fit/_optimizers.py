@@ -138,6 +138,18 @@ class FisherLM(AbstractOptimizer):
                          *self._settings())  # fmt: skip
 
 
+def failure(result, max_steps: int) -> str:
+    """Why a fit that did not converge (`result`, an `optimistix.RESULTS`) failed, in
+    words: what a profile point that is not one reports."""
+    if result == optx.RESULTS.nonlinear_max_steps_reached:
+        return f"the fit reached its step cap (max_steps={max_steps}) unconverged"
+    if result == optx.RESULTS.stagnation:
+        return "the fit stagnated (no step lowers the cost, yet the gradient does not vanish)"
+    if result == optx.RESULTS.nonlinear_divergence:
+        return "the model could not be solved at the start"
+    return f"the fit failed ({result})"
+
+
 def checked_optimizer(optimizer) -> AbstractOptimizer:
     """`optimizer`, or the default `FisherLM()` for `None`."""
     if optimizer is None:

@@ -17,7 +17,8 @@ from .._model._checks import check_count, check_model, check_theta
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._optimizers import AbstractOptimizer, checked_optimizer
+from ._intervals import restarts
+from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
 
 class Profile(eqx.Module):
@@ -26,7 +27,8 @@ class Profile(eqx.Module):
 
     **Fields:** `name` (the profiled parameter), `values`, `names` (the re-estimated
     ones), `estimates` (`(n_values, p - 1)`), `cost` (`(n_values,)`: the negative
-    log-likelihood), `ok`.
+    log-likelihood), `ok` (which fits converged at their value; the others' `estimates`
+    and `cost` are NaN), `reasons` (why each failed, "" where it converged).
 
     **Methods:** `slope`, `to_dict`, `plot` (the profile and the re-estimated
     parameters).
@@ -38,6 +40,7 @@ class Profile(eqx.Module):
     estimates: np.ndarray
     cost: np.ndarray
     ok: np.ndarray
+    reasons: tuple[str, ...] = ()
 
     def slope(self, at: float | None = None) -> dict[str, float]:
         """`d(estimate)/d(profiled value)` of each re-estimated parameter by central
@@ -60,6 +63,7 @@ class Profile(eqx.Module):
             "estimates": np.asarray(self.estimates).tolist(),
             "cost": np.asarray(self.cost).tolist(),
             "ok": np.asarray(self.ok).tolist(),
+            "reasons": list(self.reasons),
         }
 
     def __repr__(self) -> str:
@@ -174,23 +178,97 @@ def _grid(values) -> np.ndarray:
     return np.sort(values)
 
 
-def _walk(values, at, guess0, name, progress, fit):
+def _walk(values, at, guess0, name, progress, fit, box):
     """The profile walk: from the value nearest `at` outwards, each fit (`fit(value,
-    guess) -> (estimates, cost, ok)`) starting from its neighbour's estimate."""
+    guess) -> (estimates, cost, reason)`, `reason` "" where it converged) starting from
+    the extrapolation of the last two points along the valley, then from its neighbour's
+    estimate; a step that rises by more than `_JUMP` is approached again in halves
+    (`_reach`); then `_mend`."""
     start = int(np.argmin(np.abs(values - at)))
-    order = list(range(start, values.size)) + list(range(start - 1, -1, -1))
     est = np.full((values.size, guess0.size), np.nan)
     cost = np.full(values.size, np.nan)
-    ok = np.zeros(values.size, bool)
-    guess = guess0
-    for i in tqdm(order, desc=f"profile {name}", disable=not progress):
-        if i == start - 1:
-            guess = est[start] if ok[start] else guess0
-        e, c, good = fit(values[i], guess)
-        if good:
-            est[i], cost[i], ok[i] = e, c, True
-            guess = e
-    return est, cost, ok
+    reasons = ["not computed"] * values.size
+    bar = tqdm(total=values.size, desc=f"profile {name}", disable=not progress)
+    for order in (range(start, values.size), range(start - 1, -1, -1)):
+        path = [start] if order.start < start and not reasons[start] else []
+        for i in order:
+            guesses = [guess0] if not path else [est[path[-1]]]
+            if len(path) > 1:
+                a, b = path[-2], path[-1]
+                slope = (est[b] - est[a]) / (values[b] - values[a])
+                guesses.insert(0, est[b] + slope * (values[i] - values[b]))
+            for g in guesses:
+                e, c, why = fit(values[i], g)
+                if not why:
+                    break
+            if path and cost[path[-1]] - np.nanmin(cost) < _FAR:
+                k = path[-1]
+                e, c, why = _reach(fit, values[k], est[k], cost[k], values[i], (e, c, why))
+            reasons[i] = why
+            if not why:
+                est[i], cost[i] = e, c
+                path.append(i)
+            bar.update()
+    bar.close()
+    _mend(values, est, cost, reasons, fit, box)
+    return est, cost, np.array([not r for r in reasons]), tuple(reasons)
+
+
+# Neighbouring profile points whose -log L differ by more than this are solved again
+# (half the 95% threshold's rise, 1.92): by halving the step to them, and from each
+# other's estimates. Points this far above the lowest are walked without halving.
+_JUMP = 0.96
+_FAR = 10.0
+
+
+def _reach(fit, a, est_a, cost_a, b, found, depth: int = 3):
+    """The fit at `b` from the converged point `(a, est_a, cost_a)`, `found` the one
+    already had: where it failed or rises by more than `_JUMP`, the point at the middle
+    first and `b` from there (a continuation along the valley, `depth` halvings at
+    most), the lower of the two kept."""
+    e, c, why = found
+    if depth == 0 or (not why and c - cost_a <= _JUMP):
+        return found
+    m = 0.5 * (a + b)
+    em, cm, whym = _reach(fit, a, est_a, cost_a, m, fit(m, est_a), depth - 1)
+    if whym:
+        return found
+    again = _reach(fit, m, em, cm, b, fit(b, em + (em - est_a)), depth - 1)
+    if not again[2] and (why or again[1] < c):
+        return again
+    return found
+
+
+def _mend(values, est, cost, reasons, fit, box, sweeps: int = 3):
+    """Each point solved again where a neighbour's -log L is lower by more than `_JUMP`
+    or it failed (a fit left in a higher valley, or unconverged, where the walk's start
+    led it): from that neighbour's estimate, and where the jump stays and the point lies
+    within `_FAR` of the lowest, from starts across the others' box (`box`: their
+    bounds), in sweeps both ways until nothing improves. A profile is the lowest -log L
+    at each value."""
+    n = values.size
+
+    def jump(i, k):
+        return not reasons[k] and (bool(reasons[i]) or cost[i] - cost[k] > _JUMP)
+
+    def better(i, e, c, why):
+        if why or not (reasons[i] or c < cost[i]):
+            return False
+        est[i], cost[i], reasons[i] = e, c, ""
+        return True
+
+    for sweep in range(sweeps):
+        improved = False
+        for order in (range(1, n), range(n - 2, -1, -1)):
+            for i in order:
+                k = i - 1 if order.step == 1 else i + 1
+                if jump(i, k):
+                    improved |= better(i, *fit(values[i], est[k]))
+                if jump(i, k) and sweep == 0 and cost[k] - np.nanmin(cost) < _FAR:
+                    for g in restarts(*box, i):
+                        improved |= better(i, *fit(values[i], g))
+        if not improved:
+            return
 
 
 def _profile(problem, name, values, theta0, integrator, max_steps, progress, optimizer):
@@ -215,18 +293,22 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress, opt
     free = np.arange(problem.parameters.p) != j
     others = np.flatnonzero(free)
 
+    box = (np.asarray(problem.parameters.lower, float)[others],
+           np.asarray(problem.parameters.upper, float)[others])  # fmt: skip
+
     def fit(value, guess):
         start = theta0.copy()
         start[j], start[others] = value, guess
         theta, nll, _, result, *_ = optimizer.fit(problem, start, free, integrator, max_steps)
-        # a point counts where the fit converged or used its steps (its cost is then an
-        # upper bound of the profile), not where it stagnated or the model failed
-        usable = (result == optx.RESULTS.successful) | (
-            result == optx.RESULTS.nonlinear_max_steps_reached
-        )
-        good = np.isfinite(float(nll)) and bool(usable)
-        return np.asarray(theta)[others], float(nll), good
+        # a point counts where its fit converged at the value: one that used its steps
+        # or stagnated is no profile point
+        if not np.isfinite(float(nll)):
+            return None, np.nan, "the model could not be solved, or its likelihood is not finite"
+        if result != optx.RESULTS.successful:
+            return None, np.nan, failure(result, max_steps)
+        return np.asarray(theta)[others], float(nll), ""
 
-    est, cost, ok = _walk(values, theta0[j], theta0[others], name, progress, fit)
+    est, cost, ok, reasons = _walk(values, theta0[j], theta0[others], name, progress, fit, box)
     names = tuple(problem.parameters.names[i] for i in others)
-    return Profile(name=name, values=values, names=names, estimates=est, cost=cost, ok=ok)
+    return Profile(name=name, values=values, names=names, estimates=est, cost=cost, ok=ok,
+                   reasons=reasons)  # fmt: skip

@@ -4,12 +4,15 @@ is a one-dimensional fit of k; planted open and at-bound ends; the plot; bad inp
 
 import json
 
+import equinox as eqx
+import jax.numpy as jnp
 import matplotlib
 import numpy as np
 import pytest
 import scipy.optimize as so
 import scipy.stats
 from helpers import write_petab
+from jaxtyping import Array, Float
 from models_for_tests import Decay, decay_data
 
 import jaxident as ji
@@ -89,8 +92,14 @@ def test_open_and_at_bound_ends_are_planted():
     assert iv.upper_end == ji.IntervalEnd.open and iv.upper == inside and not iv.bounded
     assert iv.lower_end == ji.IntervalEnd.crossed
     np.testing.assert_allclose(iv.lower, ref["k"][0], rtol=1e-4)
-    at = ji.likelihood_intervals(problem, [inside, x[1]], "k", progress=False)["k"]
-    assert at.upper_end == ji.IntervalEnd.at_bound and at.upper == inside
+    # the box's optimum at k's upper bound (below the free optimum)
+    below = 0.99 * x[0]
+    _, _, capped = _problem(bounds=((0.05, below), (0.2, 5.0)))
+    fit = ji.estimate(capped, theta0=[below, x[1]], progress=False)
+    assert float(fit.theta[0]) == below
+    at = ji.likelihood_intervals(capped, fit.theta, "k", progress=False)["k"]
+    assert at.upper_end == ji.IntervalEnd.at_bound and at.upper == below
+    assert at.lower_end == ji.IntervalEnd.crossed
     ax = ji.plot.intervals({"k, open": iv, "k at its bound": at})
     assert [t.get_text() for t in ax.get_yticklabels()] == ["k, open", "k at its bound"]
 
@@ -127,11 +136,17 @@ def test_profiles_are_drawn_with_their_ends_marked():
         ji.plot.profiles({})
 
 
-def test_a_point_off_the_optimum_warns():
+def test_a_point_off_the_optimum_is_refitted():
+    """Intervals asked at a point that is not the optimum: the first profile point below
+    its -log L starts a fit of every parameter from there, a warning says so, and the
+    intervals are the optimum's (the closed form's), at its estimate."""
     t, y, problem = _problem()
-    x, _ = _reference(t, y)
-    with pytest.warns(UserWarning, match="theta is not the optimum"):
-        ji.likelihood_intervals(problem, [x[0] * 1.05, x[1]], "k", progress=False)
+    x, ref = _reference(t, y)
+    with pytest.warns(UserWarning, match="theta was not the optimum"):
+        found = ji.likelihood_intervals(problem, [x[0] * 1.05, x[1]], progress=False)
+    for name, j in (("k", 0), ("V", 1)):
+        np.testing.assert_allclose(found[name].estimate, x[j], rtol=1e-6)
+        np.testing.assert_allclose([found[name].lower, found[name].upper], ref[name], rtol=1e-4)
 
 
 def test_bad_input():
@@ -220,3 +235,179 @@ def test_analyze_fit_prints_the_flagged_intervals(tmp_path, capsys):
                                    rtol=1e-6)  # fmt: skip
     assert cli.main(["analyze", path, "--fit", "2", "--quiet"]) == 0
     assert "Profile-likelihood" not in capsys.readouterr().out  # nothing flagged
+
+
+class _ScaledDecay(ji.ODEModel):
+    """y = a / V exp(-k t): only a / V is identifiable, so a's profile is flat while V
+    moves through its box, and V's bounds set a's interval."""
+
+    parameters: ji.Parameters = ji.Parameters(
+        ["k", "a", "V"], [0.5, 1.0, 1.0], [0.05, 0.1, 0.5], [2.0, 10.0, 2.0]
+    )
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.linspace(0.2, 4.0, 12))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.stack([th.a / th.V])
+
+    def output(self, t, x, th):
+        return x[0]
+
+
+def test_a_partners_bound_sets_the_ends_of_a_scaling_symmetry():
+    """a's interval is [0.5 c_lo, 2 c_up] (V's box [0.5, 2] times the ends of c = a/V's
+    closed-form profile interval): both ends are reported at those values and as set by
+    V's bound, not as the data's."""
+    t = np.linspace(0.2, 4.0, 12)
+    y = 0.8 * np.exp(-0.7 * t) + SIGMA * np.random.default_rng(3).standard_normal(t.size)
+
+    def nll(k, c):
+        r = (c * np.exp(-k * t) - y) / SIGMA
+        return 0.5 * r @ r + 0.5 * t.size * np.log(2 * np.pi * SIGMA**2)
+
+    k, c = so.least_squares(lambda p: (p[1] * np.exp(-p[0] * t) - y) / SIGMA, [0.5, 1.0],
+                            xtol=1e-15, ftol=1e-15).x  # fmt: skip
+    rise = 0.5 * scipy.stats.chi2.ppf(0.95, 1)
+
+    def g(cc):
+        fit = so.minimize_scalar(lambda kk: nll(kk, cc), bounds=(0.05, 2.0), method="bounded",
+                                 options={"xatol": 1e-12})  # fmt: skip
+        return fit.fun - nll(k, c) - rise
+
+    ends = so.brentq(g, 0.8 * c, c, xtol=1e-13), so.brentq(g, c, 1.2 * c, xtol=1e-13)
+    problem = ji.Problem.from_model(_ScaledDecay(), y[:, None], t, SIGMA)
+    iv = ji.likelihood_intervals(problem, [k, c, 1.0], "a", progress=False)["a"]
+    np.testing.assert_allclose([iv.lower, iv.upper], [0.5 * ends[0], 2.0 * ends[1]], rtol=1e-4)
+    assert iv.lower_end == iv.upper_end == ji.IntervalEnd.partner and not iv.bounded
+    assert iv.lower_partner == iv.upper_partner == "V"
+    assert "set by V's bound" in repr(iv)
+
+
+# A two-compartment model with first-order oral absorption and bioavailability F (F, CL,
+# V1, Q and V2 scale together; F's box [0.05, 1] holds the scaling), 8 samples with 5%
+# log-normal noise: the issue's textbook case.
+_PK_NAMES = ["ka", "CL", "V1", "Q", "V2", "F"]
+_PK_TRUE = np.array([1.0, 5.0, 20.0, 2.0, 40.0, 0.7])
+_PK_LOWER = np.array([0.01, 0.1, 1.0, 0.01, 1.0, 0.05])
+_PK_UPPER = np.array([100.0, 100.0, 1000.0, 100.0, 1000.0, 1.0])
+_PK_TIMES = np.array([0.25, 0.5, 1, 2, 4, 8, 12, 24.0])
+_PK_DOSE, _PK_SIGMA = 100.0, 0.05
+
+
+class _OralTwoCompartment(ji.ODEModel):
+    parameters: ji.Parameters = ji.Parameters(_PK_NAMES, _PK_TRUE, _PK_LOWER, _PK_UPPER)
+    times: Float[Array, " n"] = eqx.field(default_factory=lambda: jnp.asarray(_PK_TIMES))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        g, c, p = x
+        k10, k12, k21 = th.CL / th.V1, th.Q / th.V1, th.Q / th.V2
+        return jnp.stack([-th.ka * g, th.ka * g - (k10 + k12) * c + k21 * p, k12 * c - k21 * p])
+
+    def initial_state(self, th):
+        return jnp.stack([th.F * _PK_DOSE, 0.0, 0.0])
+
+    def output(self, t, x, th):
+        return x[1] / th.V1
+
+
+def _pk_concentration(theta):
+    """The central concentration from the matrix exponential (linear parameters)."""
+    import scipy.linalg as sl
+
+    ka, CL, V1, Q, V2, F = theta
+    A = np.array([[-ka, 0, 0], [ka, -(CL + Q) / V1, Q / V2], [0, Q / V1, -Q / V2]])
+    return np.array([(sl.expm(A * t) @ [F * _PK_DOSE, 0, 0])[1] / V1 for t in _PK_TIMES])
+
+
+@pytest.fixture(scope="module")
+def pk():
+    """The issue's case: the problem, SciPy's optimum (least squares on the matrix
+    exponential) and the reference profile (`reference(j, v)`: twice the rise of the
+    profile of parameter j at v, re-optimised from 16 starts)."""
+    data = _pk_concentration(_PK_TRUE) * np.exp(
+        _PK_SIGMA * np.random.default_rng(0).standard_normal(_PK_TIMES.size)
+    )
+    lo, up = np.log10(_PK_LOWER), np.log10(_PK_UPPER)
+
+    def residuals(th):
+        return (np.log(_pk_concentration(10.0**th)) - np.log(data)) / _PK_SIGMA
+
+    best = so.least_squares(residuals, np.log10(_PK_TRUE), bounds=(lo, up), xtol=1e-14,
+                            ftol=1e-14)  # fmt: skip
+
+    def reference(j, v):
+        free = np.arange(6) != j
+        rng, found = np.random.default_rng(0), np.inf
+        for _ in range(16):
+            x0 = lo[free] + rng.random(5) * (up[free] - lo[free])
+
+            def r(x, v=v, free=free):
+                th = np.full(6, v)
+                th[free] = x
+                return residuals(th)
+
+            fit = so.least_squares(r, x0, bounds=(lo[free], up[free]), xtol=1e-12, ftol=1e-12)
+            found = min(found, 2 * fit.cost)
+        return found - 2 * best.cost
+
+    experiment = ji.Experiment(_PK_TIMES, data[:, None], _PK_SIGMA)
+    scales = dict.fromkeys(_PK_NAMES, "log10")
+    problem = ji.Problem(_OralTwoCompartment(), experiment, scales=scales, transforms=["log"])
+    return problem, best.x, reference
+
+
+def test_a_profile_follows_the_valley_where_a_partner_reaches_its_bound(pk):
+    """The issue's case, against the reference profile: Q's interval ends where the
+    reference crosses the threshold (the walk that started each fit from its
+    neighbour's estimate lost the valley and ended at 0.61, where the profile is 1.5,
+    against 0.96), both set by F's bound; CL's profile stays below the threshold to
+    CL's bound: open (it was `failed`)."""
+    problem, x, reference = pk
+    found = ji.likelihood_intervals(problem, x, ["Q", "CL"], progress=False)
+    q = found["Q"]
+    threshold = scipy.stats.chi2.ppf(0.95, 1)
+    for end in (q.lower, q.upper):
+        assert abs(reference(3, end) - threshold) < 0.1, end
+    assert q.lower_end == q.upper_end == ji.IntervalEnd.partner
+    assert q.lower_partner == q.upper_partner == "F"
+    cl = found["CL"]
+    lo = np.log10(_PK_LOWER[1])
+    assert cl.lower_end == ji.IntervalEnd.open and cl.lower == lo
+    assert reference(1, lo) < threshold
+
+
+def test_a_grid_profile_takes_the_lowest_branch(pk):
+    """`ji.profile` of Q on a grid through the same valley: above Q = 0.5 the branch the
+    walk is on (ka near 1) rises to 36.7 at Q = 0.8 where the profile, on the flip-flop
+    branch (ka near 0.35), is 1.8; every point within 0.05 of the reference in twice
+    its rise."""
+    problem, x, reference = pk
+    grid = np.linspace(-1.0, 1.0, 11)
+    prof = ji.profile(problem, "Q", grid, theta0=x, progress=False)
+    assert prof.ok.all() and prof.reasons == ("",) * grid.size
+    best = float(ji.estimate(problem, theta0=x, progress=False).cost)
+    ours = 2 * (prof.cost - best)
+    ref = np.array([reference(3, v) for v in grid])
+    np.testing.assert_allclose(ours, ref, atol=0.05)
+
+
+def test_unconverged_profile_points_fail_with_their_reason():
+    """With one step per fit no profile point converges: both ends are `failed` at the
+    estimate, with the reason, and no point is counted (the interval was returned with
+    both ends "crossed", 6-45% too narrow); `ji.profile`'s points fail with the
+    reason."""
+    t, y, problem = _problem()
+    x, _ = _reference(t, y)
+    iv = ji.likelihood_intervals(problem, x, "k", max_steps=1, progress=False)["k"]
+    assert iv.lower_end == iv.upper_end == ji.IntervalEnd.failed
+    assert iv.lower == iv.upper == x[0] and list(iv.values) == [x[0]]
+    assert "step cap (max_steps=1)" in iv.lower_reason and iv.failed_points
+    assert "failed: the fit reached its step cap" in repr(iv)
+    prof = ji.profile(problem, "k", [0.9 * x[0], x[0], 1.1 * x[0]], theta0=x, max_steps=1,
+                      progress=False)  # fmt: skip
+    assert not prof.ok.any() and np.isnan(prof.cost).all()
+    assert all("step cap (max_steps=1)" in r for r in prof.reasons)
