@@ -9,7 +9,7 @@ from . import (
     petab as petab,
     plot as plot,
 )
-from ._fit._estimate import Estimate as Estimate, estimate as estimate
+from ._fit._estimate import Estimate as Estimate, estimate as estimate, Optimum as Optimum
 from ._fit._intervals import (
     IntervalEnd as IntervalEnd,
     likelihood_intervals as likelihood_intervals,

@@ -402,7 +402,7 @@ def cmd_fit(args) -> int:
     fit = _fit(args, problem, args.starts)
     print(fit)
     print(f"({time.perf_counter() - t0:.1f}s)")
-    _write(args, fit.to_dict(), lambda: fit.plot().figure)
+    _write(args, fit.to_dict(), lambda: fit.plot())
     return 0
 
 

@@ -32,7 +32,7 @@ def singular_values(selection, ax=None, *, title: str | None = None):
     ax.set_xticks(idx if s.size <= 20 else idx[:: max(1, s.size // 10)])
     ax.set_title(title or f"singular values (k = {k})")
     ax.legend(frameon=False, fontsize="small")
-    return ax
+    return ax.figure
 
 
 def selection(selection, ax=None, *, title: str | None = None):
@@ -55,7 +55,7 @@ def selection(selection, ax=None, *, title: str | None = None):
     ax.set_ylabel(r"$|R_{ii}|$ (pivoted QR)")
     what = "selected (k by hand)" if selection.rank_rule is None else "identifiable"
     ax.set_title(title or f"{type(selection.method).__name__}: {k} of {len(perm)} {what}")
-    return ax
+    return ax.figure
 
 
 def frequency(
@@ -86,7 +86,7 @@ def frequency(
     ax.set_ylabel("fraction of samples selected")
     ax.axhline(0.5, color="0.6", ls="--", lw=1)
     ax.set_title(title or ("selection frequency" + (f" over {n} samples" if n else "")))
-    return ax
+    return ax.figure
 
 
 def analysis(sel, freq: Mapping[str, float] | None = None, *, n: int | None = None, title=None):
@@ -197,7 +197,7 @@ def stepwise(result, ax=None):
         f"{result.procedure}: {len(result.selected)} selected in {result.n_evaluations} evaluations"
     )
     ax.legend(frameon=False, fontsize="small", loc="upper left")
-    return ax
+    return ax.figure
 
 
 def waterfall(fits, ax=None):
@@ -227,7 +227,83 @@ def waterfall(fits, ax=None):
     if finite.any():  # at least a decade, so that agreeing fits do not get one repeated tick
         ax.set_ylim(0.8, max(10.0, 1.5 * float(np.max(above[finite]))))
     ax.figure.tight_layout()
-    return ax
+    return ax.figure
+
+
+def parameters(fits, ax=None, *, level: float = 0.95):
+    """The parameters across starts (as pyPESTO's parameters plot), beside the
+    waterfall: each fit within the chi-square threshold of `level` (1.92 at 95%) of the
+    best as a line through its parameters, each at its place in its box on the
+    estimation scale (0 its lower bound, 1 its upper), coloured by the distinct optimum
+    it reached (`Estimate.optima`, where `fits` is an `Estimate`), the other converged
+    fits in light gray. Fits that agree draw one line; two optima of equal likelihood
+    (a flip-flop) draw two. Returns the figure."""
+    est = fits if hasattr(fits, "optima") else None
+    fits = getattr(fits, "fits", None) or fits
+    ax = _axes(ax)
+    theta, nll = np.asarray(fits.theta, float), np.asarray(fits.nll, float)
+    from scipy.special import chdtri  # (kept out of `import jaxident`)
+
+    within = 0.5 * float(chdtri(1, 1.0 - level))
+    lo, up = (np.asarray(b, float) for b in _bounds(fits, est))
+    place = (theta - lo) / np.where(up > lo, up - lo, 1.0)
+    y = np.arange(theta.shape[1])
+    near = np.isfinite(nll) & (nll <= nll[0] + within)
+    for i in np.flatnonzero(np.isfinite(nll) & ~near):
+        ax.plot(place[i], y, "-", color="0.85", lw=0.8, zorder=1)
+    groups = est.optima(level) if est is not None else ()
+    colours = _colours()
+    for i in np.flatnonzero(near)[::-1]:
+        k = next((g for g, o in enumerate(groups) if np.array_equal(o.theta, theta[i])), None)
+        if k is None and groups:  # the optimum this fit reached: its nearest one
+            k = int(np.argmin([np.max(np.abs(theta[i] - o.theta)) for o in groups]))
+        colour = colours[(k or 0) % len(colours)]
+        ax.plot(place[i], y, "o-", color=colour, ms=4, lw=1, zorder=2)
+    for k, o in enumerate(groups):
+        ax.plot([], [], "o-", color=colours[k % len(colours)],
+                label=f"optimum {k + 1}: -log L {o.nll:.6g} ({o.fits} fits)")  # fmt: skip
+    ax.axvline(0.0, color="0.5", ls="--", lw=0.8)
+    ax.axvline(1.0, color="0.5", ls="--", lw=0.8)
+    ax.set_yticks(y, list(fits.names), fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_xlabel("place in its bounds (estimation scale; 0 lower, 1 upper)")
+    ax.set_title(f"parameters of the {int(near.sum())} fits within {within:.3g} of the best",
+                 fontsize="small")  # fmt: skip
+    if groups:
+        ax.legend(frameon=False, fontsize="x-small", loc="best")
+    return ax.figure
+
+
+def _colours() -> list:
+    """Matplotlib's default colour cycle."""
+    import matplotlib.pyplot as plt
+
+    return plt.rcParams["axes.prop_cycle"].by_key()["color"]
+
+
+def _bounds(fits, est):
+    """The bounds the fits were drawn in (a `MultiStart` keeps its problem's), or the
+    span of the fits where they are not known."""
+    box = getattr(fits, "bounds", None)
+    if box is not None:
+        return box
+    theta = np.asarray(fits.theta, float)
+    finite = np.isfinite(np.asarray(fits.nll, float))
+    return theta[finite].min(axis=0), theta[finite].max(axis=0)
+
+
+def multistart(est):
+    """A multi-start estimation in one figure: the waterfall plot beside the parameters
+    across starts. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    p = len(est.names)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, max(3.5, 0.3 * p + 1.5)))
+    waterfall(est, ax=a1)
+    parameters(est, ax=a2)
+    fig.tight_layout()
+    return fig
 
 
 def intervals(found: Mapping, ax=None):
@@ -258,7 +334,7 @@ def intervals(found: Mapping, ax=None):
         fontsize="small",
     )
     ax.figure.tight_layout()
-    return ax
+    return ax.figure
 
 
 _END_STYLE = {  # how each kind of interval end is marked on a profile

@@ -4,6 +4,7 @@
 import os
 import warnings
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -12,11 +13,11 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
-from .._linalg._covariance import equilibrated
+from .. import plot
 from .._linalg._rank import RelativeTolerance
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
-from .._problem._base import Problem
+from .._problem._base import from_scale, Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
 from .._problem._predict import predict
 from .._runtime._config import fit_device
@@ -26,6 +27,15 @@ from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._multistart import estimate_problem, MultiStart, objective
 from ._optimizers import AbstractOptimizer, checked_optimizer
 from ._solvers import LevenbergMarquardt, OptaxLD
+
+
+class Optimum(NamedTuple):
+    """One distinct optimum of a multi-start (`Estimate.optima`): its estimate (the best
+    fit of its group, estimation scale), -log L, and how many fits reached it."""
+
+    theta: np.ndarray
+    nll: float
+    fits: int
 
 
 class Estimate(eqx.Module):
@@ -50,12 +60,15 @@ class Estimate(eqx.Module):
 
     **Properties:** `ok` (`result == successful`), `stopped_at_max_steps`, `message`
     (why it failed, or ""), `covariance` over the free parameters (zero rows and columns
-    for held ones, infinite where they are not identifiable at the estimate, i.e. where
-    the matrix below is rank deficient): for a model's least squares
-    `s^2 (J_f^T J_f)^{-1}` with `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; for
-    a problem the inverse of the free parameters' Fisher information (the Wald
-    covariance: the likelihood's own noise, nothing rescaled). Both are joint over the
-    free parameters and conditional on the held ones (`held`). `std_errors`,
+    for held ones): for a model's least squares `s^2 (J_f^T J_f)^+` with
+    `s^2 = cost / (n - p_free)`, from the SVD of `J_f`; for a problem the pseudo-inverse
+    of the free parameters' Fisher information (the Wald covariance: the likelihood's
+    own noise, nothing rescaled). The pseudo-inverse is taken on the directions the
+    matrix resolves (decided on unit-norm columns), so that each standard error is the
+    marginal one `ji.analyze` reports, every identifiable combination free; it is
+    infinite only for a parameter with no effect or a component in an unresolved
+    (null) direction, which `null_parameters` names. Both are joint over the free
+    parameters and conditional on the held ones (`held`). `std_errors`,
     `relative_std` (`sigma_theta / |theta|`), `confidence_intervals(level)` (Student t
     for least squares, normal for a likelihood; `ji.likelihood_intervals` gives the
     profile-likelihood ones), `log_likelihood` (a problem's), `n_at_best` (fits within
@@ -81,6 +94,7 @@ class Estimate(eqx.Module):
     at_bound: Bool[Array, " p"]
     fisher: Float[Array, "p p"] | None = None
     fits: MultiStart | None = None
+    scales: tuple[str, ...] | None = eqx.field(static=True, default=None)
 
     @property
     def ok(self) -> Bool[Array, "..."]:
@@ -137,23 +151,31 @@ class Estimate(eqx.Module):
             return cov
         if self.fisher is not None:
             F = np.asarray(self.fisher, float)[np.ix_(free, free)]
-            inverse = _inverse_information(F)
-            cov[np.ix_(free, free)] = np.inf if inverse is None else inverse
+            cov[np.ix_(free, free)] = _inverse_information(F)
             return cov
         # the rank is decided on unit-norm columns: not by the parameters' units
-        J, c = equilibrated(np.asarray(self.jacobian)[:, free])
-        _, s, vt = np.linalg.svd(J, full_matrices=False)
-        full_rank = int(RelativeTolerance()(jnp.asarray(s), J.shape)) == J.shape[1]
-        if not full_rank or self.dof <= 0:
+        J = np.asarray(self.jacobian)[:, free]
+        if self.dof <= 0 or not np.all(np.isfinite(J)):
             cov[np.ix_(free, free)] = np.inf
             return cov
+        d = np.linalg.norm(J, axis=0)
+        keep = d > 0
+        _, s, vt = np.linalg.svd(J[:, keep] / d[keep], full_matrices=False)
+        rank = int(RelativeTolerance()(jnp.asarray(s), J[:, keep].shape))
         s2 = float(self.cost) / self.dof
-        cov[np.ix_(free, free)] = s2 * ((vt.T / s**2) @ vt) / np.outer(c, c)
+        cov[np.ix_(free, free)] = s2 * _marginal(vt.T, s**2, rank, d, keep)
         return cov
 
     @property
     def std_errors(self) -> np.ndarray:
         return np.sqrt(np.diag(self.covariance))
+
+    @property
+    def null_parameters(self) -> tuple[str, ...]:
+        """The free parameters with an infinite standard error: no effect, or a
+        component in a direction the data do not resolve at the estimate."""
+        free = np.asarray(self.free)
+        return tuple(n for n, f, e in zip(self.names, free, self.std_errors) if f and np.isinf(e))
 
     @property
     def relative_std(self) -> np.ndarray:
@@ -174,6 +196,69 @@ class Estimate(eqx.Module):
         se = self.std_errors
         return np.stack([th - q * se, th + q * se], axis=1)
 
+    @property
+    def linear(self) -> np.ndarray:
+        """The estimate on the linear scale (a problem's parameters are estimated on
+        their `scales`; a model's least squares on the linear one)."""
+        th = np.asarray(self.theta, float)
+        return th if self.scales is None else from_scale(th, self.scales)
+
+    @property
+    def rse(self) -> np.ndarray:
+        """Relative standard errors of the linear values, in percent (a log10-scale
+        parameter's `100 ln(10) std`, a log-scale one's `100 std`, to first order; a
+        linear one's `100 std / |theta|`): the pharmacometrician's measure, flagged
+        above 30-50%."""
+        se = self.std_errors
+        scales = self.scales or ("lin",) * se.size
+        th = np.abs(np.asarray(self.theta, float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lin = np.where(th > 0, se / th, np.inf)
+        factor = {"log10": np.log(10.0), "log": 1.0}
+        return 100 * np.array([se[i] * factor[sc] if sc in factor else lin[i]
+                               for i, sc in enumerate(scales)])  # fmt: skip
+
+    def optima(self, level: float = 0.95) -> tuple[Optimum, ...]:
+        """Every distinct optimum the fits reached whose -log L lies within half the
+        chi-square quantile of `level` (1 degree of freedom: 1.92 at 95%) of the best,
+        best first: the converged fits grouped on the estimation scale, two fits in one
+        group where they differ by at most the best fit's standard error in every
+        parameter with a finite one (parameters along a null direction move freely
+        within one optimum). More than one means a parameter that differs between them
+        is identifiable only locally from these data: the Wald interval of the best
+        excludes an equally good fit (`locally_identifiable`)."""
+        fits = self._multi("optima")
+        from scipy.special import chdtri  # (kept out of `import jaxident`)
+
+        within = 0.5 * float(chdtri(1, 1.0 - level))
+        nll = np.asarray(fits.nll, float)
+        theta = np.asarray(fits.theta, float)
+        keep = np.isfinite(nll) & (nll <= nll[0] + within) & np.asarray(fits.ok)
+        keep[0] = np.isfinite(nll[0])
+        se = self.std_errors
+        tol = np.where(np.isfinite(se), np.maximum(se, 1e-8 * (1 + np.abs(theta[0]))), np.inf)
+        groups: list[list[int]] = []
+        for i in np.flatnonzero(keep):
+            for g in groups:
+                if np.all(np.abs(theta[i] - theta[g[0]]) <= tol):
+                    g.append(i)
+                    break
+            else:
+                groups.append([i])
+        return tuple(Optimum(theta[g[0]], float(nll[g[0]]), len(g)) for g in groups)
+
+    @property
+    def locally_identifiable(self) -> tuple[str, ...]:
+        """The parameters that differ (by more than the best fit's standard error)
+        between optima within the 95% threshold of the best: identifiable only locally
+        from these data; empty with one optimum."""
+        found = self.optima()
+        if len(found) < 2:
+            return ()
+        se = self.std_errors
+        spread = np.ptp(np.stack([o.theta for o in found]), axis=0)
+        return tuple(n for n, d, e in zip(self.names, spread, se) if np.isfinite(e) and d > e)
+
     def _multi(self, what: str) -> MultiStart:
         if self.fits is None:
             raise AttributeError(
@@ -192,9 +277,12 @@ class Estimate(eqx.Module):
         """The fits within `fits.tol` of the best negative log-likelihood."""
         return self._multi("n_at_best").n_at_best
 
-    def plot(self, ax=None):
-        """The waterfall plot of every fit (`ji.plot.waterfall`)."""
-        return self._multi("plot").plot(ax=ax)
+    def plot(self):
+        """The waterfall plot of every fit beside the parameters across starts, each
+        coloured by the distinct optimum it reached (`ji.plot.multistart`). Returns the
+        figure."""
+        self._multi("plot")
+        return plot.multistart(self)
 
     def _deprecated(self, name: str, new: str):
         warnings.warn(
@@ -241,35 +329,86 @@ class Estimate(eqx.Module):
             head = f"{int(self.steps)} steps, cost {float(self.cost):.6g}, {self.dof} dof"
             lines = [f"Estimate ({status}; {head})"]
         else:
-            lines = [
-                repr(self.fits).splitlines()[0],
-                f"The best fit ({status}; {int(self.steps)} steps), +- Wald standard errors:",
-            ]
+            lines = [repr(self.fits).splitlines()[0], *self._optima_lines(),
+                     f"The best fit ({status}; {int(self.steps)} steps), +- marginal Wald "
+                     "standard errors on the estimation scale (RSE: relative standard error "
+                     "of the linear value):"]  # fmt: skip
+        scales = self.scales or ("lin",) * th.size
+        lin, rse = self.linear, self.rse
         for i, n in enumerate(self.names):
+            value = f"{th[i]:.10g}"
+            if scales[i] != "lin":
+                value = f"{th[i]:.6g} ({scales[i]}; {lin[i]:.6g})"
             if not free[i]:
-                lines.append(f"  {n:<{w}} = {th[i]:.10g}  (held)")
+                lines.append(f"  {n:<{w}} = {value}  (held)")
                 continue
             extra = "  (at a bound)" if bool(self.at_bound[i]) else ""
-            err = f"+- {se[i]:.3g}" if np.isfinite(se[i]) else "+- inf (not identifiable)"
-            lines.append(f"  {n:<{w}} = {th[i]:.10g}  {err}{extra}")
+            if not np.isfinite(se[i]):
+                err = "+- inf (no effect, or along a null direction: not identifiable)"
+            else:
+                err = f"+- {se[i]:.3g}" + (f" (RSE {rse[i]:.3g}%)" if np.isfinite(rse[i]) else "")
+            lines.append(f"  {n:<{w}} = {value}  {err}{extra}")
         return "\n".join(lines)
 
+    def _optima_lines(self) -> list[str]:
+        """The distinct optima within the 95% threshold, where there are several."""
+        found = self.optima()
+        if len(found) < 2:
+            return []
+        local = self.locally_identifiable
+        lines = [f"{len(found)} distinct optima within 1.92 of the best -log L (95%), which "
+                 f"the Wald errors below do not show:"]  # fmt: skip
+        for k, o in enumerate(found):
+            values = ", ".join(f"{n} {v:.4g}" for n, v in zip(self.names, o.theta) if n in local)
+            lines.append(f"  {k + 1}: -log L {o.nll:.6g} (+{o.nll - found[0].nll:.3g}), "
+                         f"{o.fits} fit(s): {values}")  # fmt: skip
+        if local:
+            lines.append(f"  {', '.join(local)}: identifiable only locally from these data")
+        return lines
 
-def _inverse_information(F: np.ndarray) -> np.ndarray | None:
-    """The inverse of a Fisher information `F` (`J^T J` of the weighted residuals and
-    noise rows), or None where it is rank deficient. Decided on `F` scaled to a unit
-    diagonal (`J`'s columns at unit norm, so not by the parameters' units): deficient
-    where a parameter has no effect or an eigenvalue is at most `q eps` of the largest,
-    which is `J`'s singular values at `sqrt(q eps)` of the largest (what `F`'s rounding
-    leaves of them)."""
+
+def _inverse_information(F: np.ndarray) -> np.ndarray:
+    """The marginal covariance from a Fisher information `F` (`J^T J` of the weighted
+    residuals and noise rows), as `ji.analyze`'s marginal standard deviations: the
+    pseudo-inverse on the directions `F` resolves, every resolved combination free, and
+    `inf` only for the parameters with no effect or a component in an unresolved
+    direction (`_marginal`). Decided on `F` scaled to a unit diagonal (`J`'s columns at
+    unit norm, so not by the parameters' units): unresolved where an eigenvalue is at
+    most `q eps` of the largest, which is `J`'s singular values at `sqrt(q eps)` of the
+    largest (what `F`'s rounding leaves of them)."""
+    q = F.shape[0]
+    if not np.all(np.isfinite(F)):
+        return np.full((q, q), np.inf)
     d = np.sqrt(np.abs(np.diag(F)))
-    if not np.all(np.isfinite(F)) or not np.all(d > 0):
-        return None
-    scaled = F / np.outer(d, d)
+    keep = d > 0
+    scaled = F[np.ix_(keep, keep)] / np.outer(d[keep], d[keep])
     lam, V = np.linalg.eigh(0.5 * (scaled + scaled.T))
-    if lam[0] <= F.shape[0] * np.finfo(float).eps * lam[-1]:
-        return None
-    return ((V / lam) @ V.T) / np.outer(d, d)
+    lam, V = lam[::-1], V[:, ::-1]  # (largest first)
+    rank = int(np.sum(lam > q * np.finfo(float).eps * max(lam[0], 0.0))) if lam.size else 0
+    return _marginal(V, lam, rank, d, keep)
+
+
+# A parameter whose unit column has a squared component above this in the unresolved
+# directions moves along them: its marginal variance is infinite.
+_IN_NULL = 1e-6
+
+
+def _marginal(V, lam, rank, d, keep) -> np.ndarray:
+    """`sum_i<rank V_i V_i^T / lam_i`, scaled back by the column norms `d`, for the
+    columns `keep` (`V`, `lam`: the eigenvectors and eigenvalues of their unit-diagonal
+    information, largest first); `inf` in the rows and columns of the others and of
+    every parameter with a component in an unresolved direction."""
+    q = d.size
+    cov = np.full((q, q), np.inf)
+    k = np.flatnonzero(keep)
+    inner = (V[:, :rank] / lam[:rank]) @ V[:, :rank].T / np.outer(d[k], d[k])
+    cov[np.ix_(k, k)] = inner
+    moves = np.zeros(q, bool)
+    moves[k] = np.sum(V[:, rank:] ** 2, axis=1) > _IN_NULL
+    moves |= ~keep
+    cov[moves, :] = np.inf
+    cov[:, moves] = np.inf
+    return cov
 
 
 class LeastSquares(eqx.Module):
@@ -401,6 +540,7 @@ def _best_of(problem: Problem, fits: MultiStart, fisher, integrator) -> Estimate
         at_bound=fits.at_bound[0],
         fisher=jnp.asarray(fisher),
         fits=fits,
+        scales=tuple(problem.scales),
     )
 
 

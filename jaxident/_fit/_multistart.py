@@ -285,7 +285,8 @@ class MultiStart(eqx.Module):
     gradient does not vanish), `nonlinear_divergence` (the model could not be solved at
     the start)), `at_bound` (which parameters ended within 1e-3 of
     their box's width from a bound), `tol` (a fit within `tol` of the best
-    negative log-likelihood counts as having reached it).
+    negative log-likelihood counts as having reached it), `bounds` (the box the starts
+    were drawn in, `(lower, upper)` on the estimation scale).
 
     **Properties:** `best` (the best fit's parameters), `best_nll`, `log_likelihood`,
     `n_at_best` (fits within `tol` of the best), `ok` (which fits converged); `held`
@@ -303,6 +304,7 @@ class MultiStart(eqx.Module):
     at_bound: Bool[Array, "N q"]
     tol: float = eqx.field(static=True, default=0.1)
     held: tuple[str, ...] = eqx.field(static=True, default=())
+    bounds: tuple | None = None
 
     @property
     def best(self) -> Float[Array, " q"]:
@@ -356,10 +358,11 @@ class MultiStart(eqx.Module):
             lines.append(f"  {n:<{w}} = {v:.8g}{note}")
         return "\n".join(lines)
 
-    def plot(self, ax=None):
-        """The waterfall plot: each fit's negative log-likelihood above the best (plus 1,
-        on a log axis), sorted; the fits that reached the best within `tol` in colour."""
-        return plot.waterfall(self, ax=ax)
+    def plot(self):
+        """The waterfall plot (each fit's negative log-likelihood above the best, plus 1,
+        on a log axis, sorted; the fits that reached the best within `tol` in colour)
+        beside the parameters across starts (`ji.plot.parameters`). Returns the figure."""
+        return plot.multistart(self)
 
 
 def _starts(problem: Problem, starts, key, theta0) -> np.ndarray:
@@ -521,5 +524,7 @@ def estimate_problem(
         at_bound=at_bound,
         tol=float(tol),
         held=tuple(n for n, f in zip(problem.parameters.names, free) if not f),
+        bounds=(np.asarray(problem.parameters.lower, float),
+                np.asarray(problem.parameters.upper, float)),  # fmt: skip
     )
     return fits, fishers.get(done[int(order[0])]) if done else None

@@ -145,8 +145,37 @@ def test_the_covariance_does_not_depend_on_the_parameters_units():
     lik = Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None, fisher=jnp.asarray(F),
                    **base)  # fmt: skip
     np.testing.assert_allclose(lik.covariance, expected / s2, rtol=1e-10)
-    for zero in (Estimate(residuals=jnp.asarray(r), cost=jnp.asarray(r @ r),
-                          jacobian=jnp.asarray(A * [1.0, 0.0]), **base),
-                 Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None,
-                          fisher=jnp.asarray(F * [[1.0, 0.0], [0.0, 0.0]]), **base)):  # fmt: skip
-        assert np.all(np.isinf(zero.std_errors))
+    # a column of zeros: that parameter's error is infinite, the other's its own
+    # (the marginal one, the report's), not infinite with it
+    ls0 = Estimate(residuals=jnp.asarray(r), cost=jnp.asarray(r @ r),
+                   jacobian=jnp.asarray(A * [1.0, 0.0]), **base)  # fmt: skip
+    lik0 = Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None,
+                    fisher=jnp.asarray(F * [[1.0, 0.0], [0.0, 0.0]]), **base)  # fmt: skip
+    for zero, s2_ in ((ls0, s2), (lik0, 1.0)):
+        assert np.isinf(zero.std_errors[1]) and zero.null_parameters == ("b",)
+        np.testing.assert_allclose(zero.std_errors[0], np.sqrt(s2_ / (A[:, 0] @ A[:, 0])),
+                                   rtol=1e-10)  # fmt: skip
+
+
+def test_a_null_direction_makes_only_its_parameters_infinite():
+    """Columns a, b, a + b and d: the null direction (1, 1, -1, 0) leaves a, b and c
+    unresolved (infinite errors, named), while d's error is its marginal one,
+    `sqrt(pinv(J^T J)_dd)` (NumPy), for a model's least squares and for a problem's
+    Fisher information alike (every error was infinite as soon as the matrix was
+    singular, where the report printed d's finite one)."""
+    rng = np.random.default_rng(1)
+    a, b, d = rng.standard_normal((3, 20))
+    J = np.stack([a, b, a + b, 1e-3 * d], axis=1)
+    base = dict(names=("a", "b", "c", "d"), theta=jnp.ones(4), theta0=jnp.ones(4),
+                free=jnp.ones(4, bool), steps=jnp.asarray(3),
+                result=optx.RESULTS.successful, at_bound=jnp.zeros(4, bool))  # fmt: skip
+    F = J.T @ J
+    lik = ji.Estimate(residuals=None, cost=jnp.asarray(1.0), jacobian=None,
+                      fisher=jnp.asarray(F), **base)  # fmt: skip
+    r = rng.standard_normal(20)
+    ls = ji.Estimate(residuals=jnp.asarray(r), cost=jnp.asarray(r @ r),
+                     jacobian=jnp.asarray(J), **base)  # fmt: skip
+    for est, s2 in ((lik, 1.0), (ls, (r @ r) / 16)):
+        se = est.std_errors
+        assert np.all(np.isinf(se[:3])) and est.null_parameters == ("a", "b", "c")
+        np.testing.assert_allclose(se[3], np.sqrt(s2 * np.linalg.pinv(F)[3, 3]), rtol=1e-8)

@@ -100,7 +100,7 @@ def test_open_and_at_bound_ends_are_planted():
     at = ji.likelihood_intervals(capped, fit.theta, "k", progress=False)["k"]
     assert at.upper_end == ji.IntervalEnd.at_bound and at.upper == below
     assert at.lower_end == ji.IntervalEnd.crossed
-    ax = ji.plot.intervals({"k, open": iv, "k at its bound": at})
+    ax = ji.plot.intervals({"k, open": iv, "k at its bound": at}).axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["k, open", "k at its bound"]
 
 
