@@ -14,6 +14,8 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from .. import plot
+from .._linalg._covariance import marginal
+from .._linalg._dependence import dependence
 from .._linalg._rank import RelativeTolerance
 from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
@@ -153,17 +155,12 @@ class Estimate(eqx.Module):
             F = np.asarray(self.fisher, float)[np.ix_(free, free)]
             cov[np.ix_(free, free)] = _inverse_information(F)
             return cov
-        # the rank is decided on unit-norm columns: not by the parameters' units
         J = np.asarray(self.jacobian)[:, free]
         if self.dof <= 0 or not np.all(np.isfinite(J)):
             cov[np.ix_(free, free)] = np.inf
             return cov
-        d = np.linalg.norm(J, axis=0)
-        keep = d > 0
-        _, s, vt = np.linalg.svd(J[:, keep] / d[keep], full_matrices=False)
-        rank = int(RelativeTolerance()(jnp.asarray(s), J[:, keep].shape))
         s2 = float(self.cost) / self.dof
-        cov[np.ix_(free, free)] = s2 * _marginal(vt.T, s**2, rank, d, keep)
+        cov[np.ix_(free, free)] = s2 * _marginal(J, RelativeTolerance())
         return cov
 
     @property
@@ -367,48 +364,45 @@ class Estimate(eqx.Module):
         return lines
 
 
+# The Fisher information's rank is decided at this many times what its rounding leaves
+# of `J`'s singular values (`_inverse_information`).
+_ROUNDING = 10
+
+
 def _inverse_information(F: np.ndarray) -> np.ndarray:
     """The marginal covariance from a Fisher information `F` (`J^T J` of the weighted
-    residuals and noise rows), as `ji.analyze`'s marginal standard deviations: the
-    pseudo-inverse on the directions `F` resolves, every resolved combination free, and
-    `inf` only for the parameters with no effect or a component in an unresolved
-    direction (`_marginal`). Decided on `F` scaled to a unit diagonal (`J`'s columns at
-    unit norm, so not by the parameters' units): unresolved where an eigenvalue is at
-    most `q eps` of the largest, which is `J`'s singular values at `sqrt(q eps)` of the
-    largest (what `F`'s rounding leaves of them)."""
+    residuals and noise rows): `_marginal` of its square root (whose columns have
+    `J`'s lengths and angles, so every decision is `J`'s), decided at ten times what
+    `F`'s rounding leaves of `J`'s singular values (`sqrt(q eps)` of the largest: a
+    null direction's comes out at about that, its columns' distances a few times it).
+    `ji.analyze` decides on the sensitivities themselves, at their accuracy, and so
+    resolves directions down to that accuracy where this resolves them to about
+    `1e-7` of the largest: a direction between the two is infinite here and very
+    uncertain there; its printouts at a fit are its own (`jaxident analyze --fit`)."""
     q = F.shape[0]
     if not np.all(np.isfinite(F)):
         return np.full((q, q), np.inf)
-    d = np.sqrt(np.abs(np.diag(F)))
-    keep = d > 0
-    scaled = F[np.ix_(keep, keep)] / np.outer(d[keep], d[keep])
-    lam, V = np.linalg.eigh(0.5 * (scaled + scaled.T))
-    lam, V = lam[::-1], V[:, ::-1]  # (largest first)
-    rank = int(np.sum(lam > q * np.finfo(float).eps * max(lam[0], 0.0))) if lam.size else 0
-    return _marginal(V, lam, rank, d, keep)
+    lam, V = np.linalg.eigh(0.5 * (F + F.T))
+    root = np.sqrt(np.maximum(lam, 0.0))[:, None] * V.T
+    rtol = float(_ROUNDING * np.sqrt(q * np.finfo(float).eps))
+    return _marginal(root, RelativeTolerance(rtol=rtol))
 
 
-# A parameter whose unit column has a squared component above this in the unresolved
-# directions moves along them: its marginal variance is infinite.
-_IN_NULL = 1e-6
-
-
-def _marginal(V, lam, rank, d, keep) -> np.ndarray:
-    """`sum_i<rank V_i V_i^T / lam_i`, scaled back by the column norms `d`, for the
-    columns `keep` (`V`, `lam`: the eigenvectors and eigenvalues of their unit-diagonal
-    information, largest first); `inf` in the rows and columns of the others and of
-    every parameter with a component in an unresolved direction."""
-    q = d.size
-    cov = np.full((q, q), np.inf)
-    k = np.flatnonzero(keep)
-    inner = (V[:, :rank] / lam[:rank]) @ V[:, :rank].T / np.outer(d[k], d[k])
-    cov[np.ix_(k, k)] = inner
-    moves = np.zeros(q, bool)
-    moves[k] = np.sum(V[:, rank:] ** 2, axis=1) > _IN_NULL
-    moves |= ~keep
-    cov[moves, :] = np.inf
-    cov[:, moves] = np.inf
-    return cov
+def _marginal(S: np.ndarray, rule) -> np.ndarray:
+    """The marginal covariance of the columns of `S` (a weighted sensitivity matrix, or a
+    square root of the information), as `ji.analyze` takes its standard deviations:
+    the pseudo-inverse of `S^T S` on the directions the rank `rule` resolves
+    (equilibrated columns: not decided by the parameters' units), every resolved
+    combination free, and `inf` in the rows and columns of the parameters with no
+    effect or in a dependent set (`ji.linalg.dependence`'s decisions)."""
+    q = S.shape[1]
+    dep = dependence(jnp.asarray(S), rule)
+    out = np.asarray(dep.no_effect) | np.asarray(dep.dependent)
+    _, W = marginal(S, np.flatnonzero(~np.asarray(dep.no_effect)), int(dep.rank))
+    cov = W @ W.T
+    cov[out, :] = np.inf
+    cov[:, out] = np.inf
+    return cov if q else np.zeros((0, 0))
 
 
 class LeastSquares(eqx.Module):

@@ -524,7 +524,9 @@ def estimate_problem(
         at_bound=at_bound,
         tol=float(tol),
         held=tuple(n for n, f in zip(problem.parameters.names, free) if not f),
-        bounds=(np.asarray(problem.parameters.lower, float),
-                np.asarray(problem.parameters.upper, float)),  # fmt: skip
+        bounds=(
+            np.asarray(problem.parameters.lower, float),
+            np.asarray(problem.parameters.upper, float),
+        ),  # fmt: skip
     )
     return fits, fishers.get(done[int(order[0])]) if done else None
