@@ -316,17 +316,21 @@ def _fit(args, problem, starts: int):
         ) from None
 
 
-def _flagged_intervals(args, problem, theta, rep) -> list:
-    """The 95% profile-likelihood intervals of the parameters the report flags (not
-    identifiable, undecided or practically non-identifiable) at the best fit, printed;
-    as JSON rows."""
+def _intervals(args, problem, theta, rep):
+    """The report with the 95% profile-likelihood intervals at the best fit of the
+    parameters `--profile` names (every one; the flagged ones: not identifiable,
+    undecided or practically non-identifiable by their standard deviation; none)."""
     import jaxident as ji
 
-    flagged = set(rep.non_identifiable) | set(rep.undecided)
-    flagged |= set(rep.practically_non_identifiable)
-    names = [n for n in problem.parameters.names if n in flagged]
+    if args.profile == "none":
+        return rep
+    names = list(problem.parameters.names)
+    if args.profile == "flagged":
+        flagged = set(rep.non_identifiable) | set(rep.undecided)
+        flagged |= set(rep.practically_non_identifiable)
+        names = [n for n in names if n in flagged]
     if not names:
-        return []
+        return rep
     found = ji.likelihood_intervals(
         problem,
         theta,
@@ -335,13 +339,7 @@ def _flagged_intervals(args, problem, theta, rep) -> list:
         optimizer=_optimizer(args),
         progress=not args.quiet,
     )
-    print(
-        "\nProfile-likelihood 95% intervals of the flagged parameters (estimation scales; "
-        "open: the data do not bound it up to its bound):"
-    )
-    for iv in found.values():
-        print(f"  {iv!r}")
-    return [iv.to_dict() for iv in found.values()]
+    return rep.with_intervals(found)
 
 
 def _analyze_problem(args, problem) -> int:
@@ -363,10 +361,11 @@ def _analyze_problem(args, problem) -> int:
     if args.fit:
         fit = _fit(args, problem, args.fit)
         theta, report["fit"] = fit.theta, fit.to_dict()
-        print(fit)
+        print(fit.summary(errors=False))
         print(
             f"\nAnalysed at the best fit (log-likelihood {fit.log_likelihood:.6g}, reached "
-            f"within {fit.fits.tol:g} by {fit.n_at_best} of {args.fit} starts).\n"
+            f"within {fit.fits.tol:g} by {fit.n_at_best} of {args.fit} starts); its "
+            "standard errors are the report's, below.\n"
         )
     else:
         print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
@@ -378,9 +377,9 @@ def _analyze_problem(args, problem) -> int:
         threshold=args.threshold,
         integrator=_integrator(problem.model, args.solver_rtol),
     )
-    print(rep)
     if args.fit:
-        report["intervals"] = _flagged_intervals(args, problem, theta, rep)
+        rep = _intervals(args, problem, theta, rep)  # (in the JSON report: "intervals")
+    print(rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
     report["at"] = "best fit" if args.fit else "nominal"
     _write(args, {**report, **rep.to_dict()}, lambda: rep.plot())
@@ -692,8 +691,16 @@ def _analyze_parser(sub) -> None:
         metavar="N",
         help="a PEtab problem: estimate it from N Latin-hypercube starts first (every "
         "parameter the file estimates, noise ones included) and analyse at the best fit, "
-        "with the profile-likelihood intervals of every flagged parameter (default: at "
-        "the nominal values, noise parameters held)",
+        "with the profile-likelihood intervals of the parameters --profile names (default: "
+        "at the nominal values, noise parameters held)",
+    )
+    a.add_argument(
+        "--profile",
+        choices=("all", "flagged", "none"),
+        default="all",
+        help="with --fit: the parameters whose 95%% profile-likelihood intervals are "
+        "computed at the best fit and flag practical identifiability: all (default), those "
+        "the standard deviations flag, or none",
     )
     _fit_flags(a, "with --fit; ")
     a.add_argument(

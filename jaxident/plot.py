@@ -429,12 +429,14 @@ def report(rep, *, title: str | None = None):
     shown = np.where(np.isfinite(dec), dec, np.where(np.isnan(dec), 0.0, top))
     undecided = set(getattr(rep, "undecided", ()))
 
+    practical = set(rep.practically_non_identifiable)  # (by the profile where computed)
+
     def color(n, d):
         if n in rep.non_identifiable:
             return "tab:red"
         if n in undecided:
             return "0.6"
-        return "tab:orange" if d > rep.threshold else "tab:blue"
+        return "tab:orange" if n in practical else "tab:blue"
 
     y = np.arange(p)
     colors = [color(n, d) for n, d in zip(rep.names, dec)]

@@ -317,6 +317,11 @@ class Estimate(eqx.Module):
         return out
 
     def __repr__(self) -> str:
+        return self.summary()
+
+    def summary(self, errors: bool = True) -> str:
+        """The printout: the fits, the distinct optima, and the best fit with its
+        scales, linear values and (with `errors`) standard errors and RSE."""
         th = np.asarray(self.theta)
         se = self.std_errors
         free = np.asarray(self.free)
@@ -326,10 +331,10 @@ class Estimate(eqx.Module):
             head = f"{int(self.steps)} steps, cost {float(self.cost):.6g}, {self.dof} dof"
             lines = [f"Estimate ({status}; {head})"]
         else:
+            head = (", +- marginal Wald standard errors on the estimation scale (RSE: "
+                    "relative standard error of the linear value):" if errors else ":")  # fmt: skip
             lines = [repr(self.fits).splitlines()[0], *self._optima_lines(),
-                     f"The best fit ({status}; {int(self.steps)} steps), +- marginal Wald "
-                     "standard errors on the estimation scale (RSE: relative standard error "
-                     "of the linear value):"]  # fmt: skip
+                     f"The best fit ({status}; {int(self.steps)} steps){head}"]  # fmt: skip
         scales = self.scales or ("lin",) * th.size
         lin, rse = self.linear, self.rse
         for i, n in enumerate(self.names):
@@ -340,6 +345,9 @@ class Estimate(eqx.Module):
                 lines.append(f"  {n:<{w}} = {value}  (held)")
                 continue
             extra = "  (at a bound)" if bool(self.at_bound[i]) else ""
+            if not errors:
+                lines.append(f"  {n:<{w}} = {value}{extra}")
+                continue
             if not np.isfinite(se[i]):
                 err = "+- inf (no effect, or along a null direction: not identifiable)"
             else:

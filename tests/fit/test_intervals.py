@@ -214,27 +214,37 @@ def test_boehm_intervals_against_a_dense_profile():
             assert abs(root - value) < 1e-3, (name, end, root, value)
 
 
-def test_analyze_fit_prints_the_flagged_intervals(tmp_path, capsys):
-    """`jaxident analyze problem.yaml --fit N`: the profile intervals of every flagged
-    parameter (here every one: `--threshold 1e-9` flags all), as `ji.likelihood_intervals`
-    gives them at the best fit, printed and in the JSON report."""
+def test_analyze_fit_profiles_every_parameter(tmp_path, capsys):
+    """`jaxident analyze problem.yaml --fit N`: the profile intervals of every parameter
+    (`--profile all`, the default), as `ji.likelihood_intervals` gives them at the best
+    fit, printed beside each parameter in the report (once: the fit's own errors are not
+    printed) and in the JSON report, whose practical flags follow them; `--profile
+    flagged` profiles only what the standard deviations flag (here nothing), `none`
+    nothing."""
     path = str(write_petab(tmp_path / "p"))
     js = tmp_path / "a.json"
-    argv = ["analyze", path, "--fit", "2", "--threshold", "1e-9", "--json", str(js), "--quiet"]
-    assert cli.main(argv) == 0
-    assert "Profile-likelihood 95% intervals of the flagged parameters" in capsys.readouterr().out
+    assert cli.main(["analyze", path, "--fit", "2", "--json", str(js), "--quiet"]) == 0
+    out = capsys.readouterr().out
     report = json.loads(js.read_text())
     problem = ji.petab.load(path, estimate_noise=True)
-    assert report["fit"]["names"] == list(problem.parameters.names)
+    names = list(problem.parameters.names)
+    assert out.count("95% profile interval") == len(names) and "+- " not in out
+    assert report["fit"]["names"] == names
     best = report["fit"]["theta"]
     direct = ji.likelihood_intervals(problem, best, progress=False)
-    assert [r["name"] for r in report["intervals"]] == list(problem.parameters.names)
-    for row in report["intervals"]:
+    assert list(report["intervals"]) == names
+    assert list(report["intervals"][names[0]]) == list(direct[names[0]].to_dict())
+    for row in report["intervals"].values():
         np.testing.assert_allclose([row["lower"], row["upper"]],
                                    [direct[row["name"]].lower, direct[row["name"]].upper],
                                    rtol=1e-6)  # fmt: skip
-    assert cli.main(["analyze", path, "--fit", "2", "--quiet"]) == 0
-    assert "Profile-likelihood" not in capsys.readouterr().out  # nothing flagged
+    unbounded = [n for n in names if not direct[n].bounded]
+    assert report["practically_non_identifiable"] == [
+        n for n in unbounded if n in report["identifiable"]
+    ]
+    for how in ("flagged", "none"):
+        assert cli.main(["analyze", path, "--fit", "2", "--profile", how, "--quiet"]) == 0
+        assert "% profile interval" not in capsys.readouterr().out  # nothing flagged
 
 
 class _ScaledDecay(ji.ODEModel):
