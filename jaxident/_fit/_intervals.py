@@ -257,6 +257,7 @@ class _Walk:
             return v0, IntervalEnd.at_bound, None, ""
         target, step0 = _TARGET * self.threshold, step
         path, restarted = [self.points[0]], False
+        expected, last = 0.0, step  # the last step's rise and length
         for _ in range(max_points):
             prev = path[-1]
             v = prev.value + direction * step
@@ -268,12 +269,13 @@ class _Walk:
                     return prev.value, IntervalEnd.failed, None, why
                 step /= 4
                 continue
-            if point.nll - prev.nll > _JUMP * target:  # a jump
-                if step / 2 >= step0:  # first a shorter step
+            rise = point.nll - prev.nll
+            if rise > max(_JUMP * target, 4 * expected * (step / last) ** 2):  # a jump
+                if step / 2 >= step0 / 4:  # first shorter steps (a continuation)
                     step /= 2
                     continue
-                # then the point again from the earlier points' and the fit's estimates,
-                # and the first time from starts across the box
+                # where it stays, the point again from the earlier points' and the fit's
+                # estimates, and once a side from starts across the box
                 guesses = [p.est for p in path[::-1][1:3]] + [self.theta[self.free]]
                 if not restarted:
                     restarted = True
@@ -286,13 +288,12 @@ class _Walk:
                     step /= 2
                     continue
             path.append(point)
-            restarted = False
             if point.nll - self.best >= self.threshold:
                 return self.cross(prev, point, xtol)
             if v == bound:
                 return bound, IntervalEnd.open, None, ""
-            gained = max(point.nll - prev.nll, 0.0)
-            step *= float(np.clip(target / gained, 0.5, 2.0)) if gained > 0 else 2.0
+            expected, last = max(point.nll - prev.nll, 0.0), step
+            step *= float(np.clip(target / expected, 0.5, 2.0)) if expected > 0 else 2.0
         why = f"max_points={max_points} profile points before the threshold or the bound"
         return prev.value, IntervalEnd.failed, None, why
 
