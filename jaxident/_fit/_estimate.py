@@ -310,10 +310,18 @@ class Estimate(eqx.Module):
             "ok": bool(self.ok),
             "message": self.message,
             "at_bound": np.asarray(self.at_bound).tolist(),
+            "null_parameters": list(self.null_parameters),
+            "rse_percent": [None if not np.isfinite(v) else float(v) for v in self.rse],
         }
+        if self.scales is not None:
+            out["scales"] = list(self.scales)
+            out["linear"] = self.linear.tolist()
         if self.fits is not None:
             out["log_likelihood"] = self.log_likelihood
             out["fits"] = self.fits.to_dict()
+            out["optima"] = [{"theta": o.theta.tolist(), "nll": o.nll, "fits": o.fits}
+                             for o in self.optima()]  # fmt: skip
+            out["locally_identifiable"] = list(self.locally_identifiable)
         return out
 
     def __repr__(self) -> str:
