@@ -320,6 +320,8 @@ def _intervals(args, problem, theta, rep):
     """The report with the 95% profile-likelihood intervals at the best fit of the
     parameters `--profile` names (every one; the flagged ones: not identifiable,
     undecided or practically non-identifiable by their standard deviation; none)."""
+    import numpy as np
+
     import jaxident as ji
 
     if args.profile == "none":
@@ -339,6 +341,14 @@ def _intervals(args, problem, theta, rep):
         optimizer=_optimizer(args),
         progress=not args.quiet,
     )
+    at = next(iter(found.values())).at
+    if not np.allclose(at, np.asarray(theta, float), rtol=0, atol=1e-12):
+        # the profiles found a better optimum and refitted (ji.likelihood_intervals
+        # warned): the report is taken again there, so that it and its intervals agree
+        print("\nThe profiles found a better fit: the report below is taken there.")
+        rep = ji.analyze(problem, at, method=_method(args), rank=_rank(args),
+                         threshold=args.threshold,
+                         integrator=_integrator(problem.model, args.solver_rtol))  # fmt: skip
     return rep.with_intervals(found)
 
 

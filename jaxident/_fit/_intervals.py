@@ -52,7 +52,8 @@ class LikelihoodInterval(eqx.Module):
     degree of freedom), `values` and `cost` (every converged profile point, sorted: the
     negative log-likelihood with the others re-estimated), `fits` (the fits run),
     `failed_points` (profile values whose fits failed from every start, with the
-    reasons: `((value, reason), ...)`).
+    reasons: `((value, reason), ...)`), `at` (every parameter's value at the fit the
+    profile started from: the `theta` given, or the better fit its profiles found).
     """
 
     name: str
@@ -71,6 +72,7 @@ class LikelihoodInterval(eqx.Module):
     lower_reason: str = ""
     upper_reason: str = ""
     failed_points: tuple = ()
+    at: np.ndarray | None = None
 
     @property
     def bounded(self) -> bool:
@@ -481,5 +483,5 @@ def _interval(walk: _Walk, var, level, max_points, xtol) -> LikelihoodInterval:
         upper=float(b), lower_end=a_end, upper_end=b_end, level=float(level),
         threshold=walk.threshold, values=values, cost=cost, fits=walk.fits,
         lower_partner=a_partner, upper_partner=b_partner, lower_reason=a_why,
-        upper_reason=b_why, failed_points=tuple(walk.failed),
+        upper_reason=b_why, failed_points=tuple(walk.failed), at=walk.theta.copy(),
     )  # fmt: skip

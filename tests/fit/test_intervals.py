@@ -146,7 +146,25 @@ def test_a_point_off_the_optimum_is_refitted():
         found = ji.likelihood_intervals(problem, [x[0] * 1.05, x[1]], progress=False)
     for name, j in (("k", 0), ("V", 1)):
         np.testing.assert_allclose(found[name].estimate, x[j], rtol=1e-6)
+        np.testing.assert_allclose(found[name].at, x, rtol=1e-6)
         np.testing.assert_allclose([found[name].lower, found[name].upper], ref[name], rtol=1e-4)
+
+
+def test_the_cli_takes_the_report_again_at_a_better_fit(tmp_path, capsys):
+    """`jaxident analyze --fit` whose profiles find a better fit than the multi-start's:
+    the report is taken again there, so that its numbers and its intervals are at one
+    point."""
+    path = str(write_petab(tmp_path / "p"))
+    problem = ji.petab.load(path, estimate_noise=True)
+    best = ji.estimate(problem, starts=3, progress=False).theta
+    off = np.asarray(best, float) * 1.05
+    args = cli.build_parser().parse_args(["analyze", path, "--fit", "1", "--quiet"])
+    rep = ji.analyze(problem, off)
+    with pytest.warns(UserWarning, match="theta was not the optimum"):
+        again = cli._intervals(args, problem, off, rep)
+    assert "report below is taken there" in capsys.readouterr().out
+    np.testing.assert_allclose(again.theta, best, rtol=1e-5)
+    assert set(again.intervals) == set(problem.parameters.names)
 
 
 def test_bad_input():
