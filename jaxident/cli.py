@@ -595,6 +595,28 @@ def _sample_summary(args, model, res, values, wall) -> tuple:
     }
 
 
+def _fit_and_profile_flags(parser) -> None:
+    """`--fit` and `--profile`: a fit first, and which parameters it profiles."""
+    parser.add_argument(
+        "--fit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a PEtab problem: estimate it from N Latin-hypercube starts first (every "
+        "parameter the file estimates, noise ones included) and analyse at the best fit, "
+        "with the profile-likelihood intervals of the parameters --profile names (default: "
+        "at the nominal values, noise parameters held)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=("all", "flagged", "none"),
+        default="all",
+        help="with --fit: the parameters whose 95%% profile-likelihood intervals are "
+        "computed at the best fit and flag practical identifiability: all (default), those "
+        "the standard deviations flag, or none",
+    )
+
+
 def _fit_flags(parser, when: str) -> None:
     """`--max-steps` and `--optimizer`, the flags of a multi-start fit (`when`: where
     they apply)."""
@@ -694,24 +716,7 @@ def _analyze_parser(sub) -> None:
         help="practical identifiability: flag a parameter whose standard deviation exceeds "
         "this many decades (default 1)",
     )
-    a.add_argument(
-        "--fit",
-        type=int,
-        default=0,
-        metavar="N",
-        help="a PEtab problem: estimate it from N Latin-hypercube starts first (every "
-        "parameter the file estimates, noise ones included) and analyse at the best fit, "
-        "with the profile-likelihood intervals of the parameters --profile names (default: "
-        "at the nominal values, noise parameters held)",
-    )
-    a.add_argument(
-        "--profile",
-        choices=("all", "flagged", "none"),
-        default="all",
-        help="with --fit: the parameters whose 95%% profile-likelihood intervals are "
-        "computed at the best fit and flag practical identifiability: all (default), those "
-        "the standard deviations flag, or none",
-    )
+    _fit_and_profile_flags(a)
     _fit_flags(a, "with --fit; ")
     a.add_argument(
         "--free-initial-states",
