@@ -46,7 +46,9 @@ def run(problem: str, path: str | None, cores: int) -> dict:
     cmd = [sys.executable, "-c", SCRIPT, problem]
     if cores:
         cmd = ["taskset", "-c", ",".join(map(str, range(cores)))] + cmd
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    # (from the checkout's folder: `python -c` puts the working folder first on the path)
+    cwd = path if path is not None else None
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
