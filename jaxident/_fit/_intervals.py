@@ -141,6 +141,9 @@ _JUMP = 2.0
 # A partner's bound sets an end where widening it lowers the rise there by this fraction
 # of the threshold.
 _PARTNER = 0.1
+# A profile point this far below the fit's -log L (or 1e-6 of it) shows a better optimum:
+# a decrease no likelihood-based conclusion notices is left to the fits' noise.
+_BETTER = 1e-3
 
 
 class _Point(NamedTuple):
@@ -191,7 +194,8 @@ class _Walk:
         self.free = np.arange(theta.size) != j
         box = problem.parameters
         self.lower, self.upper = np.asarray(box.lower, float), np.asarray(box.upper, float)
-        self.tol = 1e-6 * max(1.0, abs(best))
+        # below the fit by more than this is a better optimum (less is the fits' noise)
+        self.tol = max(_BETTER, 1e-6 * abs(best))
         self.fits = 0
         self.points = [_Point(float(theta[j]), best, theta[self.free],
                               np.zeros(theta.size - 1, bool))]  # fmt: skip
@@ -400,9 +404,9 @@ def likelihood_intervals(
     widened, lowers the rise by a tenth of the threshold or more: named); open at the
     parameter's own bound; the estimate at its bound; failed, with the reason (a side
     whose fits fail, or that uses `max_points` points). A profile point below the fit's
-    -log L means `theta` was not the optimum: every parameter is fitted again from
-    there, a warning says so, and the intervals start again from the new fit (their
-    `estimate`s its values).
+    -log L (by more than 1e-3) means `theta` was not the optimum: every parameter is
+    fitted again from there, a warning says so, and the intervals start again from the
+    new fit (their `estimate`s its values, their `at` the whole fit).
 
     **Returns:** `{name: ji.LikelihoodInterval}` (ends, how each ends, every profile
     point computed); `ji.plot.intervals` draws them.
