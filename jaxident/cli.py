@@ -388,7 +388,7 @@ def _analyze_problem(args, problem) -> int:
         integrator=_integrator(problem.model, args.solver_rtol),
     )
     if args.fit:
-        rep = _intervals(args, problem, theta, rep)  # (in the JSON report: "intervals")
+        rep = _intervals(args, problem, theta, rep).with_fit(fit)  # (JSON: "intervals")
     print(rep)
     print(f"({time.perf_counter() - t0:.1f}s)")
     report["at"] = "best fit" if args.fit else "nominal"

@@ -97,6 +97,21 @@ class Report(eqx.Module):
     distance: np.ndarray | None = None
     null_directions: tuple = ()
     intervals: dict = eqx.field(default_factory=dict)
+    optima: tuple = ()
+    locally_identifiable: tuple[str, ...] = ()
+
+    def with_fit(self, fit) -> "Report":
+        """This report with a multi-start fit's distinct optima (`ji.Estimate.optima`,
+        within the 95% chi-square threshold of the best) and the parameters that differ
+        between them (`locally_identifiable`: identifiable only locally from these data,
+        the Wald and profile intervals at one optimum leaving out an equally good fit),
+        printed with the practical answer."""
+        found = fit.optima()
+        return dataclasses.replace(
+            self,
+            optima=tuple((o.nll, o.fits, dict(zip(fit.names, o.theta.tolist()))) for o in found),
+            locally_identifiable=tuple(fit.locally_identifiable),
+        )
 
     def with_intervals(self, found) -> "Report":
         """This report with the profile-likelihood intervals `found`
@@ -206,6 +221,10 @@ class Report(eqx.Module):
             "rse_percent": {n: num(r) for n, r in zip(self.names, self.rse)},
             "linear": {n: num(v) for n, v in zip(self.names, self.linear)},
             "intervals": {n: iv.to_dict() for n, iv in self.intervals.items()},
+            "optima": [
+                {"nll": nll, "fits": fits, "theta": theta} for nll, fits, theta in self.optima
+            ],  # fmt: skip
+            "locally_identifiable": list(self.locally_identifiable),
             "profiles": {
                 n: {**prof.to_dict(), "confirms": self.profile_confirms(n)}
                 for n, prof in self.profiles.items()
@@ -330,6 +349,15 @@ class Report(eqx.Module):
         """The marginal standard deviations, profiles and weak directions."""
         p = len(self.names)
         lines = []
+        if len(self.optima) > 1:
+            local = ", ".join(self.locally_identifiable) or "none"
+            lines.append(
+                f"  {len(self.optima)} distinct optima of the fits within 1.92 of the best "
+                f"-log L (95%): identifiable only locally from these data: {local}"
+            )
+            for k, (nll, fits, theta) in enumerate(self.optima):
+                values = ", ".join(f"{n} {theta[n]:.4g}" for n in self.locally_identifiable)
+                lines.append(f"    {k + 1}: -log L {nll:.6g}, {fits} fit(s): {values}")
         if self.n_data < p:
             lines.append(
                 f"  only {self.n_data} data for {p} parameters: at most {self.n_data} "

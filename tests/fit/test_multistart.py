@@ -536,6 +536,9 @@ def test_two_optima_of_equal_likelihood_are_both_reported():
     assert "2 distinct optima" in text and "identifiable only locally" in text
     d = est.to_dict()
     assert len(d["optima"]) == 2 and d["locally_identifiable"] == ["ka", "k", "V"]
+    rep = ji.analyze(problem, est.theta).with_fit(est)  # the report says so too
+    assert "2 distinct optima" in str(rep) and rep.locally_identifiable == ("ka", "k", "V")
+    assert len(rep.to_dict()["optima"]) == 2
     np.testing.assert_allclose(d["linear"], 10.0 ** np.asarray(est.theta), rtol=1e-12)
     # the waterfall beside the parameters across starts, one colour per optimum
     fig = est.plot()
