@@ -11,7 +11,6 @@ from typing import NamedTuple
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
@@ -134,8 +133,8 @@ def _first_step(var: float, width: float) -> float:
 
 # The walk aims each step at a rise of `_TARGET` times the threshold (about eight points
 # a side for a quadratic profile, as Data2Dynamics' adaptive steps aim at a fixed change
-# of the likelihood); a step whose rise exceeds `_JUMP` targets is re-solved from more
-# starts, and shortened while the rise stays that steep.
+# of the likelihood); a step whose rise exceeds `_JUMP` targets and four times the last
+# step's (scaled to the step's length) is a jump (`_Walk.side`).
 _TARGET = 0.25
 _JUMP = 2.0
 # A partner's bound sets an end where widening it lowers the rise there by this fraction
@@ -163,12 +162,21 @@ _RESTARTS = 4
 
 def restarts(lower, upper, seed: int, n: int = _RESTARTS) -> list[np.ndarray]:
     """`n` Latin-hypercube starts in the box `[lower, upper]` (NumPy, seeded: a profile's
-    points are reproducible); none where a bound is infinite."""
+    points are reproducible, and no small programs are compiled for them); none where a
+    bound is infinite."""
     if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
         return []
     rng = np.random.default_rng(seed)
     u = (np.argsort(rng.random((n, lower.size)), axis=0) + rng.random((n, lower.size))) / n
     return list(lower + u * (upper - lower))
+
+
+def extrapolate(a: float, est_a, b: float, est_b, value: float) -> np.ndarray:
+    """The others' start at `value` along the line through two profile points `(a,
+    est_a)` and `(b, est_b)` (the valley's direction); `est_b` where `a == b`."""
+    if a == b:
+        return est_b
+    return est_b + (est_b - est_a) / (b - a) * (value - b)
 
 
 def _secant(a, fa, b, fb) -> float:
@@ -212,11 +220,9 @@ class _Walk:
             problem, start, self.free, self.integrator, self.max_steps
         )
         self.fits += 1
-        nll = float(nll)
-        if not np.isfinite(nll):
-            return None, "the model could not be solved, or its likelihood is not finite"
-        if result != optx.RESULTS.successful:
-            return None, failure(result, self.max_steps)
+        nll, why = float(nll), failure(nll, result, self.max_steps)
+        if why:
+            return None, why
         est = np.asarray(est, float)
         return _Point(float(value), nll, est[self.free], np.asarray(bound)[self.free]), ""
 
@@ -248,13 +254,11 @@ class _Walk:
         return found, ""
 
     def predict(self, path, value):
-        """The others' start at `value`: extrapolated along the path's last two points
-        (the valley's direction), or the last point's estimate."""
-        last = path[-1]
-        if len(path) < 2 or path[-2].value == last.value:
-            return last.est
-        slope = (last.est - path[-2].est) / (last.value - path[-2].value)
-        return last.est + slope * (value - last.value)
+        """The others' start at `value`: extrapolated along the path's last two points,
+        or the last point's estimate."""
+        if len(path) < 2:
+            return path[-1].est
+        return extrapolate(path[-2].value, path[-2].est, path[-1].value, path[-1].est, value)
 
     def side(self, direction: int, step: float, bound: float, max_points: int, xtol: float):
         """The end on one side: `(value, IntervalEnd, partner, reason)`."""
@@ -395,10 +399,13 @@ def likelihood_intervals(
     from its neighbour's estimate; a point counts only where its fit converged at the
     value reported (else it is in `failed_points` with the reason, and the step is
     shortened). The steps adapt to a rise of a quarter of the threshold each (the first
-    about one Wald standard deviation); a step that rises more than twice that is
-    solved again from the earlier points' and the fit's estimates and shortened while
-    the rise stays that steep, so that a fit left in a higher valley (where a partner
-    reached its bound, say) does not pass for the profile. The crossing is bracketed to
+    about one Wald standard deviation); a step that rises more than twice that and more
+    than four times the last step's (scaled to its length) is a jump: it is shortened,
+    down to a quarter of the first step, and where the jump stays the point is solved
+    again from the earlier points' and the fit's estimates (once a side also from four
+    Latin-hypercube starts across the box) and shortened while it stays, so that a fit
+    left in a higher valley (where a partner reached its bound, say) does not pass for
+    the profile. The crossing is bracketed to
     `xtol` on the estimation scale. Each end says how it ended (`ji.IntervalEnd`):
     crossed; set by a partner's bound (the parameter at a bound there whose bound,
     widened, lowers the rise by a tenth of the threshold or more: named); open at the

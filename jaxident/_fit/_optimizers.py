@@ -138,9 +138,14 @@ class FisherLM(AbstractOptimizer):
                          *self._settings())  # fmt: skip
 
 
-def failure(result, max_steps: int) -> str:
-    """Why a fit that did not converge (`result`, an `optimistix.RESULTS`) failed, in
-    words: what a profile point that is not one reports."""
+def failure(nll, result, max_steps: int) -> str:
+    """Why a fit (its -log L `nll` and `result`, an `optimistix.RESULTS`) is no
+    converged fit, in words; "" where it is one: what a profile point that is not one
+    reports."""
+    if not np.isfinite(float(nll)):
+        return "the model could not be solved, or its likelihood is not finite"
+    if result == optx.RESULTS.successful:
+        return ""
     if result == optx.RESULTS.nonlinear_max_steps_reached:
         return f"the fit reached its step cap (max_steps={max_steps}) unconverged"
     if result == optx.RESULTS.stagnation:

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import equinox as eqx
 import numpy as np
-import optimistix as optx
 from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
@@ -17,7 +16,7 @@ from .._model._checks import check_count, check_model, check_theta
 from .._problem._base import Problem
 from .._runtime._context import clean_errors
 from .._solve._simulate import Trajectory
-from ._intervals import restarts
+from ._intervals import extrapolate, restarts
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
 
@@ -195,8 +194,7 @@ def _walk(values, at, guess0, name, progress, fit, box):
             guesses = [guess0] if not path else [est[path[-1]]]
             if len(path) > 1:
                 a, b = path[-2], path[-1]
-                slope = (est[b] - est[a]) / (values[b] - values[a])
-                guesses.insert(0, est[b] + slope * (values[i] - values[b]))
+                guesses.insert(0, extrapolate(values[a], est[a], values[b], est[b], values[i]))
             for g in guesses:
                 e, c, why = fit(values[i], g)
                 if not why:
@@ -302,10 +300,9 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress, opt
         theta, nll, _, result, *_ = optimizer.fit(problem, start, free, integrator, max_steps)
         # a point counts where its fit converged at the value: one that used its steps
         # or stagnated is no profile point
-        if not np.isfinite(float(nll)):
-            return None, np.nan, "the model could not be solved, or its likelihood is not finite"
-        if result != optx.RESULTS.successful:
-            return None, np.nan, failure(result, max_steps)
+        why = failure(nll, result, max_steps)
+        if why:
+            return None, np.nan, why
         return np.asarray(theta)[others], float(nll), ""
 
     est, cost, ok, reasons = _walk(values, theta0[j], theta0[others], name, progress, fit, box)
