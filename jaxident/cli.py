@@ -346,14 +346,25 @@ def _intervals(args, problem, theta, rep):
         # the profiles found a better optimum and refitted (ji.likelihood_intervals
         # warned): the report is taken again there, so that it and its intervals agree
         print("\nThe profiles found a better fit: the report below is taken there.")
-        rep = ji.analyze(problem, at, method=_method(args), rank=_rank(args),
-                         threshold=args.threshold,
-                         integrator=_integrator(problem.model, args.solver_rtol))  # fmt: skip
+        rep = _report(args, problem, at)
     return rep.with_intervals(found)
 
 
-def _analyze_problem(args, problem) -> int:
+def _report(args, problem, theta):
+    """`ji.analyze` of a problem at `theta` with the command line's choices."""
     import jaxident as ji
+
+    return ji.analyze(  # (its solves compiled for an answer computed once: ji.analyze's own)
+        problem,
+        theta,
+        method=_method(args),
+        rank=_rank(args),
+        threshold=args.threshold,
+        integrator=_integrator(problem.model, args.solver_rtol),
+    )
+
+
+def _analyze_problem(args, problem) -> int:
 
     if args.samples:
         raise _UsageError(
@@ -379,14 +390,7 @@ def _analyze_problem(args, problem) -> int:
         )
     else:
         print("Analysed at the nominal values (use --fit N to analyse at the best of N fits).\n")
-    rep = ji.analyze(  # (its solves compiled for an answer computed once: ji.analyze's own)
-        problem,
-        theta,
-        method=_method(args),
-        rank=_rank(args),
-        threshold=args.threshold,
-        integrator=_integrator(problem.model, args.solver_rtol),
-    )
+    rep = _report(args, problem, theta)
     if args.fit:
         rep = _intervals(args, problem, theta, rep).with_fit(fit)  # (JSON: "intervals")
     print(rep)

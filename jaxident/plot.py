@@ -254,10 +254,9 @@ def parameters(fits, ax=None, *, level: float = 0.95):
     groups = est.optima(level) if est is not None else ()
     colours = _colours()
     for i in np.flatnonzero(near)[::-1]:
-        k = next((g for g, o in enumerate(groups) if np.array_equal(o.theta, theta[i])), None)
-        if k is None and groups:  # the optimum this fit reached: its nearest one
-            k = int(np.argmin([np.max(np.abs(theta[i] - o.theta)) for o in groups]))
-        colour = colours[(k or 0) % len(colours)]
+        # the optimum this fit reached: the nearest one (itself for a group's best)
+        k = int(np.argmin([np.max(np.abs(theta[i] - o.theta)) for o in groups])) if groups else 0
+        colour = colours[k % len(colours)]
         ax.plot(place[i], y, "o-", color=colour, ms=4, lw=1, zorder=2)
     for k, o in enumerate(groups):
         ax.plot([], [], "o-", color=colours[k % len(colours)],

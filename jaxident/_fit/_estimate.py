@@ -249,7 +249,10 @@ class Estimate(eqx.Module):
         """The parameters that differ (by more than the best fit's standard error)
         between optima within the 95% threshold of the best: identifiable only locally
         from these data; empty with one optimum."""
-        found = self.optima()
+        return self._differ(self.optima())
+
+    def _differ(self, found: tuple[Optimum, ...]) -> tuple[str, ...]:
+        """`locally_identifiable` of the optima `found`."""
         if len(found) < 2:
             return ()
         se = self.std_errors
@@ -319,9 +322,10 @@ class Estimate(eqx.Module):
         if self.fits is not None:
             out["log_likelihood"] = self.log_likelihood
             out["fits"] = self.fits.to_dict()
+            found = self.optima()
             out["optima"] = [{"theta": o.theta.tolist(), "nll": o.nll, "fits": o.fits}
-                             for o in self.optima()]  # fmt: skip
-            out["locally_identifiable"] = list(self.locally_identifiable)
+                             for o in found]  # fmt: skip
+            out["locally_identifiable"] = list(self._differ(found))
         return out
 
     def __repr__(self) -> str:
@@ -368,7 +372,7 @@ class Estimate(eqx.Module):
         found = self.optima()
         if len(found) < 2:
             return []
-        local = self.locally_identifiable
+        local = self._differ(found)
         lines = [f"{len(found)} distinct optima within 1.92 of the best -log L (95%), which "
                  f"the Wald errors below do not show:"]  # fmt: skip
         for k, o in enumerate(found):
