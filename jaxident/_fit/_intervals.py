@@ -53,6 +53,7 @@ class LikelihoodInterval(eqx.Module):
     `failed_points` (profile values whose fits failed from every start, with the
     reasons: `((value, reason), ...)`), `at` (every parameter's value at the fit the
     profile started from: the `theta` given, or the better fit its profiles found).
+    **Methods:** `describe(side)`, `ends(digits)` (the ends as text), `to_dict`.
     """
 
     name: str
@@ -103,14 +104,20 @@ class LikelihoodInterval(eqx.Module):
             return f"failed: {getattr(self, f'{side}_reason')}"
         return "" if kind == IntervalEnd.crossed else str(kind.value)
 
-    def __repr__(self) -> str:
+    def ends(self, digits: int = 6) -> str:
+        """`"[lower, upper]"` with `digits` significant digits, each end followed by how
+        it ended where it did not cross (`describe`)."""
+
         def end(side):
             how = self.describe(side)
-            return f"{getattr(self, side):.6g}" + (f" ({how})" if how else "")
+            return f"{getattr(self, side):.{digits}g}" + (f" ({how})" if how else "")
 
+        return f"[{end('lower')}, {end('upper')}]"
+
+    def __repr__(self) -> str:
         return (
             f"{self.name} = {self.estimate:.6g}, {100 * self.level:g}% profile interval "
-            f"[{end('lower')}, {end('upper')}]"
+            f"{self.ends()}"
         )
 
 

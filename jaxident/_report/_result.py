@@ -403,10 +403,8 @@ class Report(eqx.Module):
             )
             iv = self.intervals.get(n)
             if iv is not None:
-                ends = [f"{v:.4g}" + (f" ({iv.describe(side)})" if iv.describe(side) else "")
-                        for v, side in ((iv.lower, "lower"), (iv.upper, "upper"))]  # fmt: skip
                 lines.append(f"    {'':<{w}}  {100 * iv.level:g}% profile interval "
-                             f"[{ends[0]}, {ends[1]}]")  # fmt: skip
+                             f"{iv.ends(4)}")  # fmt: skip
         verdict = {True: "confirmed: flat", False: "NOT confirmed: it rises", None: "failed"}
         for n, prof in self.profiles.items():
             ok = np.asarray(prof.ok)
