@@ -190,3 +190,85 @@ def same_span(A: np.ndarray, B: np.ndarray) -> float:
     if Qa.shape[1] != Qb.shape[1]:
         return math.inf
     return float(np.linalg.norm(Qb - Qa @ (Qa.T @ Qb), 2))
+
+
+class FastBinding(ji.ODEModel):
+    """A reversible binding far faster than the rest of the network (Michaelis and
+    Menten's quasi-equilibrium):
+
+        A + B <-> C (kf, kr),   C -> D (k3),   x(0) = (a0, 2 a0, 0, 0)
+
+    observed `A` and `D`. At `kr >> k3` only `kf / kr` moves the outputs to first order;
+    moving `kf` and `kr` together changes them by a real `k3 / kr`-sized amount (about
+    4e-8 of the largest effect at the nominal values): structurally identifiable (every
+    rate enters the outputs' differential-algebraic relations), weak at this point.
+    `a0` is the unit of concentration (`kf` in its inverse)."""
+
+    parameters: ji.Parameters
+    times: jax.Array
+    a0: float = eqx.field(static=True, default=1.0)
+    t0: float = 0.0
+    integrator = ji.Integrator(ji.Rodas4())
+
+    def vector_field(self, t, x, th):
+        a, b, c, _ = x
+        v = th.kf * a * b - th.kr * c
+        return jnp.stack([-v, -v, v - th.k3 * c, th.k3 * c])
+
+    def initial_state(self, th):
+        zero = jnp.zeros_like(th.k3)
+        return jnp.stack([self.a0 + zero, 2 * self.a0 + zero, zero, zero])
+
+    def output(self, t, x, th):
+        return jnp.stack([x[0], x[3]])
+
+
+def fast_binding(a0: float = 1.0, order=("kf", "kr", "k3"), scales=None):
+    """The `FastBinding` problem with concentrations in units of `a0` (the same
+    dynamics: `kf` in the inverse unit), its own simulation as data with 1% noise of
+    `a0`, the parameters in `order` on `scales` (default log10)."""
+    values = {"kf": 1e5 / a0, "kr": 1e6, "k3": 0.5}
+    lower = {"kf": 1e2 / a0, "kr": 1e3, "k3": 0.05}
+    upper = {"kf": 1e7 / a0, "kr": 1e8, "k3": 5.0}
+    params = ji.Parameters(
+        list(order),
+        [values[n] for n in order],
+        [lower[n] for n in order],
+        [upper[n] for n in order],
+    )
+    model = FastBinding(params, jnp.linspace(0.5, 10.0, 20), a0=a0)
+    y = np.asarray(ji.simulate(model).ys)
+    scales = dict.fromkeys(order, "log10") if scales is None else scales
+    return ji.Problem(model, ji.Experiment(np.asarray(model.times), y, 0.01 * a0), scales=scales)
+
+
+class Saturation(ji.ODEModel):
+    """Michaelis-Menten elimination with its rate far below saturation, `k = V / K`:
+    `x' = -k K x / (K + x)`, `x(0) = 1`, observed. Far below saturation (`K >> x`) `K`
+    moves the output by a relative `x / K` only: at `K` = 1e13 its column is 1e-13 of
+    `k`'s, at `K` of order 1 as large. Structurally both are identifiable (the output's
+    equation `y' = -k K y / (K + y)` determines them). Solution in closed form:
+    `x(t) = K W((x0 / K) exp((x0 - k K t) / K))` (Lambert's W)."""
+
+    parameters: ji.Parameters
+    times: jax.Array
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.k * th.K * x / (th.K + x)
+
+    def initial_state(self, th):
+        return jnp.ones(1) + 0 * th.k
+
+    def output(self, t, x, th):
+        return x
+
+
+def saturation(K: float):
+    """The `Saturation` problem at `k = 1` and `K`, its box `k` in [0.1, 10] and `K` in
+    [0.1, 10 K], log10 scales, its own simulation as data (1% noise)."""
+    params = ji.Parameters(["k", "K"], [1.0, K], [0.1, 0.1], [10.0, 10 * K])
+    model = Saturation(params, jnp.linspace(0.5, 5.0, 10))
+    y = np.asarray(ji.simulate(model).ys)
+    experiment = ji.Experiment(np.asarray(model.times), y, 0.01)
+    return ji.Problem(model, experiment, scales={"k": "log10", "K": "log10"})

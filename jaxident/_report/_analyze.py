@@ -25,7 +25,7 @@ from .._linalg._combinations import linear_combinations, monomial_exponents
 from .._linalg._covariance import equilibrated, marginal, principal_directions, thin_svd
 from .._linalg._css._base import AbstractColumnSelectionMethod
 from .._linalg._css._srrqr import StrongRRQR
-from .._linalg._dependence import components, dependent_sets, near_at_accuracy
+from .._linalg._dependence import components, dependence, dependent_sets, near_at_accuracy
 from .._linalg._rank import (
     AbstractRankRule,
     near_threshold,
@@ -44,6 +44,17 @@ from .._runtime._config import answering_once
 from .._solve._rosenbrock import Rodas4
 from .._solve._sensitivity_result import Sensitivity
 from ._result import decades, Group, Report
+from ._structure import (
+    box,
+    Direction,
+    FINER,
+    Finer,
+    generic_check,
+    generic_evidence,
+    measure,
+    POINTS,
+    size,
+)
 
 
 def _combinations(names, N, monomial: bool, log_units: bool):
@@ -60,7 +71,7 @@ def _combinations(names, N, monomial: bool, log_units: bool):
     texts = []
     for c in linear_combinations(N):
         terms = " ".join(f"{x:+.3g} {log}{n}" for n, x in zip(names, c) if abs(x) > 1e-6)
-        texts.append(f"locally {terms}")
+        texts.append(f"{terms} near theta")
     return tuple(texts), None
 
 
@@ -139,13 +150,11 @@ def _decide(problem, th, integrator, rank, method, noise_model, throw=True):
     sens = problem_sensitivity(problem, th, integrator=integrator, throw=throw)
     if not bool(sens.ok):
         return None
-    S = np.asarray(sens.matrix)
-    rows = None if noise_model else _rows(problem, sens)
     rule = with_accuracy(RelativeTolerance() if rank is None else rank, sens.accuracy)
     with warnings.catch_warnings():  # one decision, one warning (in analyze)
         warnings.simplefilter("ignore", NearThresholdWarning)
         sel = select_parameters(
-            S if rows is None else S / rows[:, None],
+            _weighted(problem, sens, noise_model),
             problem.parameters.names,
             method=method,
             rank=rule,
@@ -171,8 +180,8 @@ def _symmetric(problem, th, integrator, rule, groups_log, log_ok):
     the same null directions on the log scale everywhere."""
     if not groups_log:
         return []
-    for size in (1.0, 0.2, 0.04):
-        th2 = _moved(problem, th, size)
+    for move in (1.0, 0.2, 0.04):
+        th2 = _moved(problem, th, move)
         sens2 = problem_sensitivity(problem, th2, integrator=integrator, throw=False)
         if bool(sens2.ok):
             break
@@ -203,6 +212,8 @@ def analyze(
     name: str | None = None,
     profile: bool = False,
     progress: bool = True,
+    generic: bool | None = None,
+    generic_points: int = POINTS,
 ) -> Report:
     """The complete identifiability report of a model or a problem at `theta`.
 
@@ -293,20 +304,22 @@ def analyze(
     circuits, undecided = dependent_sets(dep, undecided=decided.near)
     zero_column, member = np.asarray(dep.no_effect), np.asarray(dep.dependent)
     no_effect = zero_column & ~undecided
-    plu, log_ok = _per_log_unit(problem, th)
-    scale = np.asarray(dep.scale)
     with answering_once():
-        groups = _groups(problem, th, base, rule, circuits, scale, plu, log_ok)
-    decided_out = no_effect | (member & ~undecided)
-    # marginal uncertainties on the resolved subspace; inf in the null directions
-    std, W = marginal(S, np.flatnonzero(~zero_column), k)
-    std = np.where(zero_column | member, np.inf, std)
+        found = _structure(
+            problem, th, base, decided, noise_model, circuits, undecided, generic, generic_points
+        )
+    groups, weak, evidence, checked = found.groups, found.weak, found.evidence, found.checked
+    decided_out = (no_effect | (member & ~undecided)) & ~weak
+    # marginal uncertainties on the resolved subspace and the weak directions (real:
+    # finite); inf in the structural null directions
+    std, W = marginal(S, np.flatnonzero(~zero_column | weak), k + found.n_weak)
+    std = np.where((zero_column | member) & ~weak, np.inf, std)
     units = estimation_units(problem, th)
     per_decade = decades(np.ones(p), th, problem.scales)
-    usable = ~(zero_column | member | undecided) & np.isfinite(
+    usable = ~(zero_column | member | undecided | weak) & np.isfinite(
         decades(np.ones(p), th, problem.scales, units)
     )
-    weak = principal_directions(W, per_decade, usable, threshold)
+    weak_directions = principal_directions(W, per_decade, usable, threshold)
     flagged = usable & (decades(std, th, problem.scales, units) > threshold)
     profiles = {}
     if profile:
@@ -321,16 +334,16 @@ def analyze(
         rank_rule=rule.describe(s, S.shape),
         margin=margin,
         non_identifiable=tuple(n for n, o in zip(names, decided_out) if o),
-        groups=groups,
+        groups=tuple(groups),
         selection=sel,
         std=std,
         threshold=float(threshold),
-        weak_directions=tuple(weak),
+        weak_directions=tuple(weak_directions),
         noise_model=noise_model,
         n_data=int(S.shape[0]),
         near_threshold=near_msg if near else None,
         profiles=profiles,
-        no_effect=tuple(n for n, z in zip(names, no_effect) if z),
+        no_effect=tuple(n for n, z in zip(names, no_effect & ~weak) if z),
         undecided=tuple(n for n, u in zip(names, undecided) if u),
         units=units,
         accuracy=decided.accuracy,
@@ -338,8 +351,173 @@ def analyze(
         distance=np.asarray(dep.distance) / float(dep.threshold)
         if float(dep.threshold) > 0
         else np.asarray(dep.distance),
-        null_directions=tuple(_log_direction(c.direction, scale, plu) for c in circuits),
+        null_directions=tuple(
+            _log_direction(c.direction, np.asarray(dep.scale), found.plu) for c in circuits
+        ),
+        weakly_identifiable=tuple(n for n, w in zip(names, weak) if w),
+        evidence=evidence,
+        checked=checked,
     )
+
+
+class _Structure(NamedTuple):
+    groups: list  # structural groups, then weak ones (`Group.structural`)
+    weak: np.ndarray  # the weakly identifiable parameters
+    evidence: dict  # {name: why} for each structurally non-identifiable one
+    checked: dict  # what telling them apart cost (Report.checked)
+    n_weak: int  # the weak null directions (real: resolved by the standard deviations)
+    plu: np.ndarray  # estimation units per log unit of each parameter
+
+
+def _structure(problem, th, base, decided, noise_model, circuits, undecided, generic, points):
+    """Every null direction of the decisions at `th`, structural or weak
+    (`_structure` module): exact ones (at rounding level, and a scaling symmetry at a
+    second point) are structural; for the rest the sensitivities are solved `FINER` times
+    more accurately and decided again just above every small value that is not a real
+    effect (`Finer`): what resolves there is weak, what is still null is checked over a
+    Latin-hypercube sample of the box (null at every point: structural)."""
+    names, p = problem.parameters.names, problem.parameters.p
+    dep, rule = decided.selection.dependence, decided.rule
+    plu, log_ok = _per_log_unit(problem, th)
+    units = estimation_units(problem, th)
+    zero = np.asarray(dep.no_effect) & ~undecided
+    out = (np.asarray(dep.dependent) & ~undecided) | zero  # non-identifiable at the threshold
+    found = _groups(problem, th, base, rule, circuits, np.asarray(dep.scale), plu, log_ok)
+    groups, dirs, sym = _with_no_effect(names, zero, *found)
+    here = measure(_weighted(problem, decided.sens, noise_model), rule, units)
+    exact = [size(here, d) <= here.rounding and s for d, s in zip(dirs, sym)]
+    checked = {"finer": None, "points": (0, 0)}
+    if generic is False or (generic is None and all(exact)):
+        why = ["exact: " + _EXACT[d.no_effect] if e else _OFF for d, e in zip(dirs, exact)]
+        verdicts = [(True, size(here, d), w) for d, w in zip(dirs, why)]
+        return _assembled(names, out, undecided, groups, dirs, verdicts, [], checked, 0, plu)
+    matrix = _matrix_at(problem, th, base, noise_model)
+    if decided.resolved is not None and decided.resolved > 0:  # already solved finer
+        S_r = _weighted(problem, decided.sens, noise_model)
+        fine = (S_r, units, float(decided.sens.accuracy), float(decided.resolved))
+    else:
+        fine = matrix(None, FINER)
+    weak_groups = []
+    if fine is not None:  # decided again where the finer solve shows real effects
+        S_f, _, acc, checked["finer"] = fine
+        first = measure(_weighted(problem, decided.first, noise_model), rule, units)
+        finer = Finer(first, measure(S_f, rule, units), acc, float(base.rtol), checked["finer"])
+        frule = RelativeTolerance(accuracy=finer.threshold())
+        fdep = dependence(jnp.asarray(S_f), frule, units=jnp.asarray(units))
+        fcirc, fund = dependent_sets(fdep)
+        fzero = np.asarray(fdep.no_effect) & ~fund
+        found = _groups(problem, th, base, rule, fcirc, np.asarray(fdep.scale), plu, log_ok)
+        fgroups, fdirs, fsym = _with_no_effect(names, fzero, *found)
+        still = {names.index(n) for g in fgroups for n in g.names}
+        if any(out[i] and i not in still for i in np.flatnonzero(fund)):
+            # a finer decision that does not fit the others: the first groups stay
+            fgroups, fdirs, fsym, still = groups, dirs, sym, set(np.flatnonzero(out))
+        for d, g in zip(dirs, groups):  # resolved by the finer decisions: real effects
+            real = tuple(n for n in g.names if names.index(n) not in still and out[names.index(n)])
+            if real:
+                weak_groups.append((_part(g, real), size(finer.fine, d), finer.why(d)))
+        groups, dirs, sym = fgroups, fdirs, fsym
+        here = measure(S_f, frule, units)
+        exact = [size(here, d) <= here.rounding and s for d, s in zip(dirs, sym)]
+    check = [i for i, e in enumerate(exact) if generic or not e]
+    lo, up = box(problem.parameters.lower, problem.parameters.upper, th, problem.scales)
+    resolved, solved = [], 0
+    if check:
+        resolved, solved = generic_check([dirs[i] for i in check], matrix, (lo, up), rule, points)
+        checked["points"] = (solved, points)
+    verdicts = [(True, size(here, d), "exact: " + _EXACT[d.no_effect]) for d in dirs]
+    for i, r in zip(check, resolved):
+        s = size(here, dirs[i])
+        verdicts[i] = (not r or solved == 0, s, generic_evidence(s, r, solved, points))
+    n_struct = sum(d.count for d, v in zip(dirs, verdicts) if v[0])
+    n_weak = max(0, p - int(dep.rank) - n_struct)
+    return _assembled(
+        names, out, undecided, groups, dirs, verdicts, weak_groups, checked, n_weak, plu
+    )
+
+
+def _with_no_effect(names, zero, groups, dirs, sym):
+    """The groups, directions and symmetries with each parameter without effect first,
+    a group of its own."""
+    alone = np.flatnonzero(zero)
+    return (
+        [_alone(names[i]) for i in alone] + list(groups),
+        [Direction((int(i),), 1, True) for i in alone] + list(dirs),
+        [True] * alone.size + list(sym),
+    )
+
+
+_EXACT = {
+    True: "no effect at all, to rounding",
+    False: "a scaling symmetry, null to rounding here and at a second point",
+}
+_OFF = "at this point (the check over the box was off)"
+
+
+def _assembled(names, out, undecided, groups, dirs, verdicts, weak_groups, checked, n_weak, plu):
+    """The `_Structure` of groups with their directions and verdicts `(structural, size,
+    evidence)` and the weak groups found by the finer decisions `(group, size,
+    evidence)`: parameters that are non-identifiable at the threshold (`out`) and not
+    undecided. A structural parameter without effect is named in `Report.no_effect`, not
+    as a group."""
+    weak = np.zeros(len(names), bool)
+    evidence, final = {}, []
+    for g, d, (structural, s, why) in zip(groups, dirs, verdicts):
+        kept = tuple(n for n in g.names if out[names.index(n)])
+        if not kept:
+            continue
+        g = _part(g, kept)
+        if not (structural and d.no_effect):
+            final.append(dataclasses.replace(g, structural=structural, size=s, evidence=why))
+        for n in kept:
+            if structural:
+                evidence[n] = why
+            elif not undecided[names.index(n)]:
+                weak[names.index(n)] = True
+    for g, s, why in weak_groups:
+        final.append(dataclasses.replace(g, structural=False, size=s, evidence=why))
+        weak[[names.index(n) for n in g.names]] = True
+    final.sort(key=lambda g: not g.structural)
+    return _Structure(final, weak, evidence, checked, n_weak, plu)
+
+
+def _alone(name: str) -> Group:
+    """A parameter without effect as a group of its own."""
+    return Group((name,), np.ones((1, 1)), (), False, None)
+
+
+def _part(g: Group, kept: tuple[str, ...]) -> Group:
+    """The group `g` restricted to the parameters `kept` (its combinations only where
+    all are kept)."""
+    if kept == g.names:
+        return g
+    rows = [g.names.index(n) for n in kept]
+    return Group(kept, np.asarray(g.directions)[rows], (), False, None)
+
+
+def _weighted(problem, sens, noise_model) -> np.ndarray:
+    """The sensitivities with the rows the decisions take: noise-weighted, or each
+    output's rows by its RMS value without a noise model."""
+    S = np.asarray(sens.matrix)
+    return S if noise_model else S / _rows(problem, sens)[:, None]
+
+
+def _matrix_at(problem, th, base, noise_model):
+    """`matrix(theta, factor)` for `_structure.classify`: the weighted sensitivities at
+    `theta` (`th` where `None`) solved `factor` times more accurately than `base`, the
+    estimation units there, their accuracy and rtol; `None` where the solve fails."""
+
+    def matrix(theta, factor):
+        at = th if theta is None else np.asarray(theta, dtype=float)
+        integ = base if factor == 1 else _tolerances(base, factor)
+        sens = problem_sensitivity(problem, at, integrator=integ, throw=False)
+        if not bool(sens.ok) or not np.all(np.isfinite(np.asarray(sens.matrix))):
+            return None
+        rtol = float(integ.rtol)
+        acc = 10 * rtol if sens.accuracy is None else float(sens.accuracy)
+        return _weighted(problem, sens, noise_model), estimation_units(problem, at), acc, rtol
+
+    return matrix
 
 
 def _for_one_answer(integrator: Integrator) -> Integrator:
@@ -371,6 +549,7 @@ class _Decided(NamedTuple):
     resolved: float | None  # the re-solve's rtol (negative: it failed); None: none
     near: np.ndarray  # the decisions still within reach of their threshold
     accuracy: float | None  # the first solve's accuracy
+    first: Sensitivity  # the first solve (the same as `sens` where no re-solve was taken)
 
 
 def _decisions(problem, th, base, rank, method, noise_model) -> _Decided:
@@ -379,17 +558,18 @@ def _decisions(problem, th, base, rank, method, noise_model) -> _Decided:
     sens, rule, sel = _decide(problem, th, base, rank, method, noise_model)
     first = sens.accuracy
     if not (np.any(np.asarray(sel.dependence.near)) and first is not None):
-        return _Decided(sens, rule, sel, None, np.asarray(sel.dependence.near), first)
+        return _Decided(sens, rule, sel, None, np.asarray(sel.dependence.near), first, sens)
     # the same threshold (the question asked), on sensitivities with more digits: a
     # quantity that was near it because of the solver's error moves away from it; one
     # that is truly of its size stays near it (undecided)
     finer = _tolerances(base, 100.0)
     again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
     if again is None:  # the finer solve failed: the first decisions stand
-        return _Decided(sens, rule, sel, -float(finer.rtol), np.asarray(sel.dependence.near), first)
-    sens, rule, sel = again
+        near = np.asarray(sel.dependence.near)
+        return _Decided(sens, rule, sel, -float(finer.rtol), near, first, sens)
+    solved, (sens, rule, sel) = sens, again
     near = np.asarray(near_at_accuracy(sel.dependence, sens.accuracy))
-    return _Decided(sens, rule, sel, float(finer.rtol), near, first)
+    return _Decided(sens, rule, sel, float(finer.rtol), near, first, solved)
 
 
 def _per_log_unit(problem, th):
@@ -403,20 +583,24 @@ def _per_log_unit(problem, th):
     return plu, log_ok
 
 
-def _groups(problem, th, base, rule, circuits, scale, plu, log_ok) -> tuple[Group, ...]:
+def _groups(problem, th, base, rule, circuits, scale, plu, log_ok):
     """The non-identifiable groups (connected dependent sets), each with its null
-    directions on the log scale and what the data still determine about it."""
+    directions on the log scale and what the data still determine about it; with each
+    group's `Direction` (the columns of its dependent sets, its number of directions)
+    and whether it is a scaling symmetry at a second point."""
     names, p = problem.parameters.names, problem.parameters.p
     dependent = [c for c in circuits if c.members]
     index_groups = components([c.involved for c in dependent], p)
     groups_log = [(_group_directions(dependent, g, scale, plu), g) for g in index_groups]
     symmetric = _symmetric(problem, th, base, rule, _groups_full(groups_log, p), log_ok)
-    groups = []
+    groups, directions = [], []
     for (Ng, g), sym in zip(groups_log, symmetric):
         gnames = tuple(names[i] for i in g)
         texts, exps = _combinations(gnames, Ng, sym, bool(np.all(log_ok[list(g)])))
         groups.append(Group(gnames, Ng, texts, exps is not None, exps))
-    return tuple(groups)
+        columns = sorted({i for c in dependent if set(c.involved) <= set(g) for i in c.support})
+        directions.append(Direction(tuple(columns), int(Ng.shape[1]), False))
+    return groups, directions, symmetric
 
 
 def _profiles(problem, th, flagged, per_decade, threshold, integrator, progress):

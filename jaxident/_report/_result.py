@@ -20,13 +20,23 @@ class Group(eqx.Module):
     what the data do determine about them (`combinations`, as text), and whether the
     group is a scaling symmetry (`monomial`: the combinations are monomials, valid
     everywhere; else linear combinations valid near `theta`), with the integer
-    `exponents` of the monomials (one row per combination) when it is."""
+    `exponents` of the monomials (one row per combination) when it is.
+
+    `structural`: whether its directions are a structural non-identifiability (exact,
+    or null at every point of a sample of the box), else weak: a real but tiny effect,
+    structurally identifiable (a parameter with a tiny effect alone is a group of one);
+    `size`: its largest null direction's singular value relative to the largest (for
+    a parameter alone, its column's norm relative to the largest); `evidence`: why, in
+    words."""
 
     names: tuple[str, ...]
     directions: np.ndarray
     combinations: tuple[str, ...]
     monomial: bool
     exponents: np.ndarray | None = None
+    structural: bool = True
+    size: float = math.nan
+    evidence: str = ""
 
 
 class Report(eqx.Module):
@@ -43,13 +53,21 @@ class Report(eqx.Module):
     - `no_effect`: parameters whose columns (on the estimation scale, times the box
       width on a linear one: `units`) are below the rank rule's threshold: they do not
       change the outputs.
-    - `non_identifiable`: those, and every parameter whose equilibrated column lies
-      within the rank rule's threshold of the span of the others (`distance`, in units
-      of that threshold, is at most 1), decided by rank (`ji.linalg.dependence`);
+    - `non_identifiable`: structurally non-identifiable: those, and every parameter
+      whose equilibrated column lies within the rank rule's threshold of the span of the
+      others (`distance`, in units of that threshold, is at most 1), decided by rank
+      (`ji.linalg.dependence`), where the direction is structural (`evidence`, per
+      parameter: exact, or null at every point of a Latin-hypercube sample of the box);
       `groups`: the latter in connected sets of minimal dependent sets (`Group`), with
       their null directions and identifiable combinations; `null_directions`: every
       null direction on the log scale of each parameter (one per no-effect parameter,
       one per pivot of a dependent set: `p - rank` of them where every decision fits).
+    - `weakly_identifiable`: parameters in a null direction at the rank rule's threshold
+      whose effect is real (far above the accuracy of the sensitivities, or resolved
+      elsewhere in the box): structurally identifiable, not from data of this precision;
+      their groups are those with `structural` off, their standard deviations finite.
+      `checked`: what telling the two apart cost (`finer`: the rtol of the re-solve,
+      `points`: points of the box solved and tried).
     - `undecided`: parameters whose decision was within a factor 10 of its threshold
       on the most accurate sensitivities computed (`resolved_rtol`: the tolerance they
       were re-solved at, negative where that solve failed, `None` where none was
@@ -59,8 +77,9 @@ class Report(eqx.Module):
     - `selection`: the column subset selection (`ji.select_parameters`) with its metrics.
     - `std`: the marginal standard deviation of each parameter on its estimation scale,
       from the pseudo-inverse of the Fisher information on the subspace the rank
-      resolves (every identifiable combination free to move, not conditional on fixing
-      the non-identifiable parameters); inf for the non-identifiable parameters.
+      resolves and the weak directions (every identifiable combination free to move, not
+      conditional on fixing the non-identifiable parameters); inf for the structurally
+      non-identifiable parameters.
       `decades`: the same in decades (log10 units; NaN for a linear-scale parameter at
       or within 1e-9 of its box width of 0); `threshold` and
       `practically_non_identifiable` (identifiable parameters above it);
@@ -99,6 +118,9 @@ class Report(eqx.Module):
     intervals: dict = eqx.field(default_factory=dict)
     optima: tuple = ()
     locally_identifiable: tuple[str, ...] = ()
+    weakly_identifiable: tuple[str, ...] = ()
+    evidence: dict = eqx.field(default_factory=dict)
+    checked: dict = eqx.field(default_factory=dict)
 
     def with_fit(self, fit) -> "Report":
         """This report with a multi-start fit's distinct optima (`ji.Estimate.optima`,
@@ -141,7 +163,8 @@ class Report(eqx.Module):
 
     @property
     def identifiable(self) -> tuple[str, ...]:
-        out = set(self.non_identifiable) | set(self.undecided)
+        """The parameters neither structurally non-identifiable, weak nor undecided."""
+        out = set(self.non_identifiable) | set(self.undecided) | set(self.weakly_identifiable)
         return tuple(n for n in self.names if n not in out)
 
     @property
@@ -171,7 +194,8 @@ class Report(eqx.Module):
 
     @property
     def combinations(self) -> tuple[str, ...]:
-        return tuple(c for g in self.groups for c in g.combinations)
+        """What the data determine about the structurally non-identifiable groups."""
+        return tuple(c for g in self.groups if g.structural for c in g.combinations)
 
     def to_dict(self) -> dict:
         def num(x):
@@ -195,6 +219,8 @@ class Report(eqx.Module):
             "resolved_rtol": None if self.resolved_rtol is None else num(self.resolved_rtol),
             "no_effect": list(self.no_effect),
             "non_identifiable": list(self.non_identifiable),
+            "evidence": dict(self.evidence),
+            "weakly_identifiable": list(self.weakly_identifiable),
             "undecided": list(self.undecided),
             "distance": None
             if self.distance is None
@@ -207,10 +233,17 @@ class Report(eqx.Module):
                     "null_directions": np.asarray(g.directions).T.tolist(),
                     "identifiable_combinations": list(g.combinations),
                     "monomial": bool(g.monomial),
+                    "structural": bool(g.structural),
+                    "size": num(g.size),
+                    "evidence": g.evidence,
                 }
                 for g in self.groups
             ],
             "identifiable": list(self.identifiable),
+            "checked": {
+                "finer_rtol": self.checked.get("finer"),
+                "points": list(self.checked.get("points", (0, 0))),
+            },
             "n_data": self.n_data,
             "selection": self.selection.to_dict(),
             "noise_model": self.noise_model,
@@ -290,14 +323,16 @@ class Report(eqx.Module):
                 f"  {len(self.no_effect)} without effect on the outputs (column below the "
                 f"threshold): {', '.join(self.no_effect)}"
             )
+            lines += _evidence_lines({n: self.evidence.get(n, "") for n in self.no_effect})
+        structural = [g for g in self.groups if g.structural]
         dependent = [n for n in self.non_identifiable if n not in self.no_effect]
         if dependent:
-            d = sum(g.directions.shape[1] for g in self.groups)
+            d = sum(g.directions.shape[1] for g in structural)
             lines.append(
-                f"  {len(dependent)} non-identifiable (in {d} null direction(s) with others): "
-                + ", ".join(dependent)
+                f"  {len(dependent)} structurally non-identifiable (in {d} null direction(s) "
+                "with others): " + ", ".join(dependent)
             )
-        for g in self.groups:
+        for g in structural:
             d = g.directions.shape[1]
             head = f"    {{{', '.join(g.names)}}}"
             if not g.combinations:
@@ -310,6 +345,9 @@ class Report(eqx.Module):
                     "identifiable linear combinations of the log parameters near theta "
                     "(Report.groups)"
                 )
+            if g.evidence:
+                lines.append(f"      ({g.evidence})")
+        lines += self._weak_lines()
         if self.undecided:
             at = (
                 "" if self.accuracy is None else f" (sensitivities accurate to {self.accuracy:.0e})"
@@ -321,6 +359,42 @@ class Report(eqx.Module):
             )
         if self.rank == p and not self.no_effect and not self.undecided:
             lines.append("  every parameter is structurally identifiable (locally, here)")
+        elif not self.non_identifiable and not self.undecided:
+            lines.append(
+                "  no structural non-identifiability: every parameter is structurally "
+                "identifiable (locally, here), the weak ones not from data of this precision"
+            )
+        return lines
+
+    def _weak_lines(self) -> list[str]:
+        """The weak directions at the rank threshold: real but tiny effects, with the
+        data precision they would need."""
+        weak = [g for g in self.groups if not g.structural]
+        if not weak:
+            return []
+        lines = [
+            f"  {len(self.weakly_identifiable)} weakly identifiable (in a null direction at "
+            "the threshold, but a real effect: structurally identifiable): "
+            + ", ".join(self.weakly_identifiable)
+        ]
+        dec = dict(zip(self.names, self.decades))
+        for g in weak:
+            head = f"    {{{', '.join(g.names)}}}" + (" together" if len(g.names) > 1 else "")
+            text = (
+                f"{head}: a real but tiny effect, {g.size:.2g} of the largest; structurally "
+                "identifiable, not from data of this precision"
+            )
+            worst = max((dec[n] for n in g.names if math.isfinite(dec[n])), default=math.nan)
+            if self.noise_model and worst > self.threshold:
+                text += (
+                    f" (data {worst / self.threshold:.0e} times more precise would determine "
+                    f"it to {self.threshold:g} decade(s))"
+                )
+            elif self.noise_model and math.isfinite(worst):
+                text += f" (these data determine it to {worst:.2g} decades)"
+            if g.combinations:
+                text += f"; the data determine {'; '.join(g.combinations)}"
+            lines += [text, f"      ({g.evidence})"]
         return lines
 
     def _selection_lines(self) -> list[str]:
@@ -430,6 +504,15 @@ class Report(eqx.Module):
         marked, and each parameter's marginal standard deviation in decades against the
         threshold. Returns the matplotlib figure."""
         return plot.report(self, **kwargs)
+
+
+def _evidence_lines(evidence: dict) -> list[str]:
+    """`(names: evidence)` lines, one per distinct evidence."""
+    by: dict[str, list[str]] = {}
+    for n, e in evidence.items():
+        if e:
+            by.setdefault(e, []).append(n)
+    return [f"      ({', '.join(ns)}: {e})" for e, ns in by.items()]
 
 
 def _direction_dict(names, v) -> dict:

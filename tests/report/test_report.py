@@ -117,7 +117,8 @@ def test_two_compartment_model_is_not_a_scaling_symmetry():
     assert rep.identifiable == ("V",)
     (g,) = rep.groups
     assert not g.monomial and g.exponents is None
-    assert len(g.combinations) == 3 and all(c.startswith("locally") for c in g.combinations)
+    assert len(g.combinations) == 3 and all(c.endswith("near theta") for c in g.combinations)
+    assert g.structural and g.evidence.startswith("generic: null at all 8 points")
     # the null direction (linear units) is orthogonal to the gradients of the
     # transfer function's coefficients a = k02 + k12, b = k01 + k21 + a,
     # c = (k01 + k21) a - k12 k21, which the data determine
