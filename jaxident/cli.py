@@ -361,6 +361,7 @@ def _report(args, problem, theta):
         rank=_rank(args),
         threshold=args.threshold,
         integrator=_integrator(problem.model, args.solver_rtol),
+        generic=args.generic,
     )
 
 
@@ -500,7 +501,13 @@ def cmd_analyze(args) -> int:
     print(f"{title}: {about}")
     n_rows = len(np.asarray(model.times)) * n_outputs(model)
     rep = ji.analyze(
-        model, method=method, rank=rank, threshold=args.threshold, integrator=integrator, name=title
+        model,
+        method=method,
+        rank=rank,
+        threshold=args.threshold,
+        integrator=integrator,
+        name=title,
+        generic=args.generic,
     )
     sel = rep.selection if sel is None else sel
     print(f"S: {n_rows} rows (times x outputs), {p} parameters, scale={args.scale}")
@@ -719,6 +726,14 @@ def _analyze_parser(sub) -> None:
         default=1.0,
         help="practical identifiability: flag a parameter whose standard deviation exceeds "
         "this many decades (default 1)",
+    )
+    a.add_argument(
+        "--generic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="structural or weak: check every null direction over a Latin-hypercube sample "
+        "of the box and at rtol/100 (--generic), none (--no-generic); default: the close "
+        "calls only (exact symmetries are structural without a check)",
     )
     _fit_and_profile_flags(a)
     _fit_flags(a, "with --fit; ")

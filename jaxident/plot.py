@@ -435,6 +435,8 @@ def report(rep, *, title: str | None = None):
             return "tab:red"
         if n in undecided:
             return "0.6"
+        if n in getattr(rep, "weakly_identifiable", ()):
+            return "tab:purple"
         return "tab:orange" if n in practical else "tab:blue"
 
     y = np.arange(p)
@@ -458,7 +460,8 @@ def report(rep, *, title: str | None = None):
     meaning = {
         "tab:blue": "below the threshold",
         "tab:orange": "above the threshold",
-        "tab:red": "non-identifiable",
+        "tab:red": "structurally non-identifiable",
+        "tab:purple": "weak: a real but tiny effect",
         "0.6": "undecided",
     }
     keys = [Patch(color=c, label=text) for c, text in meaning.items() if c in colors]

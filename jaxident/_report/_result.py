@@ -460,6 +460,8 @@ class Report(eqx.Module):
                 flag = "  non-identifiable"
             elif n in self.undecided:
                 flag = "  UNDECIDED"
+            elif n in self.weakly_identifiable:
+                flag = "  weak"
             elif n in practical:
                 flag = "  PRACTICALLY NON-IDENTIFIABLE"
             if np.isfinite(dec[i]):

@@ -221,7 +221,8 @@ class Finer(NamedTuple):
         and the norms of those without) that is not a real effect (the margin: a
         column's distance to the span of the others, by which membership is decided,
         exceeds the smallest singular value by up to the inverse of its component in
-        the null vector); never above those thresholds, never below `ABOVE` times rounding (no value there is real)."""
+        the null vector); never above those thresholds, never below `ABOVE` times
+        rounding (no value there is real)."""
         cols = ~(self.first.norms <= self.first.effect)
         s0 = np.linalg.svd(self.first.A[:, cols], compute_uv=False)
         s1 = np.linalg.svd(self.fine.A[:, cols], compute_uv=False)

@@ -63,6 +63,31 @@ def test_the_printout_is_the_report(name, tmp_path, capsys):
         assert (flag == "non-identifiable") == (
             n in rep["non_identifiable"] and n not in rep["no_effect"]
         )
+        assert (flag == "weak") == (n in rep["weakly_identifiable"])
+    # structural or weak (issue 84): the structural lists of the exact cases as before
+    # (Elowitz's symmetry, null at every point of the box); the effects that a finer
+    # solve shows real are weak, with finite standard deviations
+    structural, weak = _STRUCTURE[short]
+    assert set(rep["non_identifiable"]) == set(structural)
+    assert set(rep["weakly_identifiable"]) == set(weak)
+    assert all(rep["std"][n] != "inf" for n in weak)
+    assert all(rep["evidence"][n] for n in structural)
+
+
+_ELOWITZ = ("KM", "eff", "eff_GFP", "init_GFP", "init_GFP_mRNA", "init_X_mRNA",
+            "init_X_protein", "init_Y_mRNA", "init_Z_mRNA", "init_Z_protein", "scale",
+            "tau_mRNA_GFP", "tps_active", "tps_repr")  # fmt: skip
+_FUJITA = ("init_AKT", "init_S6", "reaction_2_k1", "reaction_2_k2", "reaction_5_k1",
+           "reaction_5_k2", "reaction_6_k1", "scaling_pAkt_tot", "scaling_pS6_tot")  # fmt: skip
+_STRUCTURE = {  # (structurally non-identifiable, weakly identifiable) at the nominal values
+    "boehm": ((), ()),
+    "crauste": ((), ("rho_P",)),
+    "elowitz": (_ELOWITZ, ("init_Y_protein",)),
+    "fujita": ((), _FUJITA),
+    "perelson": ((), ()),
+    "schwen": ((), ("km_nExpID2", "km_nExpID3")),
+    "zheng": ((), ()),
+}
 
 
 def test_the_printout_at_a_fit_is_the_report(tmp_path, capsys):

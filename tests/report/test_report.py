@@ -157,7 +157,7 @@ def test_report_json_round_trip_and_plot(tmp_path):
     keyed = {to_hex(h.get_facecolor()): t.get_text() for h, t in pairs if isinstance(h, Patch)}
     shown = {to_hex(b.get_facecolor()) for b in bars}
     assert set(keyed) == shown, (keyed, shown)
-    assert keyed[to_hex("tab:red")] == "non-identifiable"
+    assert keyed[to_hex("tab:red")] == "structurally non-identifiable"
     assert "red" not in fig.axes[1].get_xlabel()
 
 

@@ -63,6 +63,14 @@ def test_fast_binding_is_weak_not_structural():
     assert "a real but tiny effect, 3.6e-08 of the largest" in text
     assert "structurally identifiable, not from data of this precision" in text
     assert "identifiable only" not in text and "locally +" not in text
+    # the figure: the weak bars in their own colour, named in the legend
+    from matplotlib.colors import to_hex
+
+    fig = rep.plot()
+    bars = [to_hex(b.get_facecolor()) for b in fig.axes[1].patches]
+    assert [b == to_hex("tab:purple") for b in bars] == [n in ("kf", "kr") for n in names]
+    texts = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "weak: a real but tiny effect" in texts
     d = json.loads(rep.to_json())
     assert d["non_identifiable"] == [] and set(d["weakly_identifiable"]) == {"kf", "kr"}
     assert d["groups"][0]["structural"] is False and d["std"]["kf"] != "inf"
@@ -167,3 +175,34 @@ def test_sizes_and_deficiency_do_not_depend_on_units_or_the_svd_basis():
     s1 = np.linalg.svd(S / np.linalg.norm(S, axis=0), compute_uv=False)[0]
     np.testing.assert_allclose(size(m, d), s[-2] / s1, rtol=1e-6)
     assert 1e-10 < size(m, d) < 1e-8
+
+
+def test_cli_generic_flags(tmp_path, capsys):
+    from jaxident import cli
+
+    out = {}
+    for flag in ("--generic", "--no-generic", None):
+        js = tmp_path / f"{flag}.json"
+        argv = ["analyze", "crauste", "--json", str(js), "--quiet"] + ([flag] if flag else [])
+        assert cli.main(argv) == 0
+        out[flag] = (json.loads(js.read_text()), capsys.readouterr().out)
+    for flag in ("--generic", None):
+        rep, text = out[flag]
+        assert rep["non_identifiable"] == [] and rep["weakly_identifiable"] == ["rho_P"]
+        assert rep["checked"]["finer_rtol"] == 1e-10
+        assert "{rho_P}: a real but tiny effect, 7.7e-08 of the largest" in text
+    rep, text = out["--no-generic"]  # every null direction structural, at this point
+    assert rep["non_identifiable"] == ["rho_P"] and rep["checked"]["finer_rtol"] is None
+    assert "(the check over the box was off)" in text
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"generic_points": 0}, "generic_points must be a positive integer"),
+        ({"generic_points": -3}, "generic_points must be a positive integer"),
+    ],
+)
+def test_generic_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ji.analyze(saturation(1e13), progress=False, **kwargs)
