@@ -132,7 +132,8 @@ def generic_check(
     """Whether each direction stays null at the points of a Latin-hypercube sample of the
     box `bounds` (a fixed key: the same points on every call): per direction, its size
     over the threshold at each point solved where it is resolved (empty: null at every
-    one), and how many points were solved.
+    one), and how many points were solved (the sample stops early once every direction
+    is resolved somewhere).
 
     `matrix(theta, factor)`: `(S, units, accuracy, rtol)`, the weighted sensitivities at
     `theta` solved `factor` times more accurately than the analysis, the estimation units
@@ -149,19 +150,22 @@ def generic_check(
         for i, d in enumerate(directions):
             if not deficient(m, d):
                 resolved[i].append(size(m, d) / max(m.tau, m.rounding))
+        if all(resolved):  # every one weak: the other points change no verdict
+            break
     return resolved, solved
 
 
 def generic_evidence(here: float, resolved: list[float], solved: int, points: int) -> str:
     """The generic check's evidence in words (`here`: the size at the analysed point)."""
-    failed = "" if solved == points else f" ({points - solved} could not be solved)"
     if solved == 0:
         return "at this point only: the model could not be solved elsewhere in the box"
     if resolved:
         return (
-            f"small here ({here:.2g} of the largest) but resolved at {len(resolved)} of "
-            f"{solved} points of the box{failed}, up to {max(resolved):.3g} times the threshold"
+            f"small here ({here:.2g} of the largest) but resolved elsewhere in the box: at "
+            f"{len(resolved)} of the {solved} points solved, up to {max(resolved):.3g} "
+            "times the threshold"
         )
+    failed = "" if solved == points else f" ({points - solved} could not be solved)"
     return (
         f"generic: null at all {solved} points of a Latin-hypercube sample of the box{failed}, "
         "and at the accuracy of the sensitivities here"
