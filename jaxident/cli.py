@@ -318,7 +318,7 @@ def _fit(args, problem, starts: int):
 
 def _intervals(args, problem, theta, rep):
     """The report with the 95% profile-likelihood intervals at the best fit of the
-    parameters `--profile` names (every one; the flagged ones: not identifiable,
+    parameters `--profile` names (every one; the flagged ones: not identifiable, weak,
     undecided or practically non-identifiable by their standard deviation; none)."""
     import numpy as np
 
@@ -328,7 +328,7 @@ def _intervals(args, problem, theta, rep):
         return rep
     names = list(problem.parameters.names)
     if args.profile == "flagged":
-        flagged = set(rep.non_identifiable) | set(rep.undecided)
+        flagged = set(rep.non_identifiable) | set(rep.undecided) | set(rep.weakly_identifiable)
         flagged |= set(rep.practically_non_identifiable)
         names = [n for n in names if n in flagged]
     if not names:
