@@ -3,7 +3,6 @@ file.py:Class`, `jaxident fit problem.yaml --starts N`."""
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import sys
@@ -71,18 +70,24 @@ def _writable_file(path: str, flag: str) -> None:
         os.remove(path)
 
 
-def _check_outputs(args) -> None:
-    """`--plot` and `--json`: file names (not empty, not `-`: the report's text is what
-    goes to stdout), two different files, a figure format matplotlib writes, both
-    writable."""
-    for flag, v in (("--plot", args.plot), ("--json", args.json)):
+def _check_outputs(args, out_is_file: bool = False) -> None:
+    """`--plot`, `--json` and `--out`: names (not empty, not `-`: the report's text is
+    what goes to stdout), all different, a figure format matplotlib writes, each
+    writable before any work (`--out` a file where `out_is_file`, else a folder)."""
+    given = (("--plot", args.plot), ("--json", args.json), ("--out", getattr(args, "out", None)))
+    for flag, v in given:
         if v is not None and v.strip() in ("", "-"):
+            what = "file" if flag != "--out" or out_is_file else "folder"
             raise _UsageError(
-                f"{flag} needs a file name, got {v!r} (the report's text goes to stdout)."
+                f"{flag} needs a {what} name, got {v!r} (the report's text goes to stdout)."
             )
-    paths = [(f, v) for f, v in (("--plot", args.plot), ("--json", args.json)) if v]
-    if len(paths) == 2 and os.path.realpath(paths[0][1]) == os.path.realpath(paths[1][1]):
-        raise _UsageError(f"--plot and --json name one file ({args.plot}); give two paths.")
+    paths = [(f, v) for f, v in given if v]
+    for i, (f1, v1) in enumerate(paths):
+        for f2, v2 in paths[i + 1 :]:
+            if os.path.realpath(v1) == os.path.realpath(v2):
+                raise _UsageError(f"{f1} and {f2} name one file ({v1}); give two paths.")
+    if out_is_file and getattr(args, "out", None):
+        _writable_file(args.out, "--out")
     if args.plot:
         _writable_file(args.plot, "--plot")
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -197,6 +202,8 @@ def _validate(args, p: int) -> None:
     if args.out:
         if not args.samples:
             raise _UsageError("--out keeps the results of --samples; give --samples too.")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise _UsageError(f"--out {args.out} is a file; give a folder for the samples.")
         try:
             os.makedirs(args.out, exist_ok=True)
             tempfile.TemporaryFile(dir=args.out).close()
@@ -405,7 +412,7 @@ def cmd_fit(args) -> int:
     import jaxident as ji
 
     _check_fit(args, args.starts, "--starts")
-    _check_outputs(args)
+    _check_outputs(args, out_is_file=True)
     problem = load_target(args.model, estimate_noise=True)
     if not isinstance(problem, ji.Problem):
         raise _UsageError(
@@ -455,8 +462,10 @@ def _write(args, report: dict, figure) -> None:
         figure().savefig(args.plot, dpi=130)
         print(f"\nfigure written to {args.plot}")
     if args.json:
+        from jaxident._runtime._files import strict_json
+
         with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+            fh.write(strict_json(report, indent=2))
         print(f"report written to {args.json}")
 
 

@@ -1,6 +1,7 @@
 """Bad or edge inputs get a clear error or a correct result (issue 16)."""
 
 import json
+import os
 import re
 
 import equinox as eqx
@@ -30,6 +31,25 @@ def test_a_sensitivity_method_is_an_object_with_its_behaviour():
     assert ji.SensitivityEquations().with_state and not ji.DifferentiateSolver().with_state
     assert ji.SensitivityEquations().steering() == ji.SensitivityEquations(error_control=False)
     assert ji.DifferentiateSolver().steering() == ji.DifferentiateSolver()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rtol": float("inf")}, r"rtol must lie in \(0, 1\)"),
+        ({"rtol": 2.0}, r"rtol must lie in \(0, 1\)"),
+        ({"rtol": 0.0}, r"rtol must lie in \(0, 1\)"),
+        ({"atol": float("inf")}, "atol must be finite"),
+        ({"atol": float("nan")}, "atol must be finite"),
+        ({"dt0": -0.1}, "dt0 .* must be positive"),
+        ({"dt0": 0.0}, "dt0 .* must be positive"),
+    ],
+)
+def test_integrator_settings_are_checked_where_they_are_made(kwargs, message):
+    # before, rtol=inf, 2.0 and atol=inf were accepted; dt0=-0.1 was blamed on the
+    # model's equations at the first solve, dt0=0 on max_steps
+    with pytest.raises(ValueError, match=message):
+        ji.Integrator(**kwargs)
 
 
 def test_select_parameters_edge_inputs(S):
@@ -189,6 +209,10 @@ def test_sweep_input_errors():
         (["--seed", str(2**70)], r"--seed must lie in \[0, 2\*\*63\)"),
         (["--samples", str(10**14)], r"--samples 100000000000000: .* memory"),
         (["--fit", str(10**14)], r"--fit 100000000000000: .* memory"),
+        # outputs that claimed more than they kept (issue 81)
+        (["--samples", "4", "--out", ""], r"--out needs a folder name, got ''"),
+        (["--samples", "4", "--out", "{tmp}/r.json", "--json", "{tmp}/r.json"], r"name one file"),
+        (["--samples", "4", "--out", "{tmp}/f.txt"], r"--out .*f.txt is a file; give a folder"),
     ],
 )
 def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, capsys, monkeypatch):
@@ -199,9 +223,40 @@ def test_cli_validates_every_argument_before_computing(argv, match, tmp_path, ca
 
     monkeypatch.setattr(ji, "sensitivity", computed)
     argv = [a.format(tmp=tmp_path) for a in argv]
+    (tmp_path / "f.txt").write_text("a file")
     assert cli.main(["analyze", "svir", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
+    assert err.startswith("jaxident: error: ") and re.search(match, err), err
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--out", "{tmp}/k.json", "--json", "{tmp}/k.json"], r"--json and --out name one file"),
+        (["--out", ""], r"--out needs a file name"),
+        (["--out", "{tmp}/ro/k.json"], r"--out .*k.json cannot be written"),
+    ],
+)
+def test_cli_fit_checks_its_outputs_before_any_fit(argv, match, tmp_path, capsys, monkeypatch):
+    """`fit --out same.json --json same.json` was accepted (the report overwrote the kept
+    fits); `--out` in a read-only folder was a traceback after the first fit."""
+    from jaxident import cli
+
+    def computed(*args, **kwargs):
+        raise AssertionError("fitted before checking the outputs")
+
+    monkeypatch.setattr(ji, "estimate", computed)
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    try:
+        if os.access(tmp_path / "ro", os.W_OK) and "ro/" in " ".join(argv):
+            pytest.skip("running as root: a read-only folder is writable")
+        assert cli.main(["fit", "boehm", "--starts", "2", *argv]) == 2
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+    err = capsys.readouterr().err
     assert err.startswith("jaxident: error: ") and re.search(match, err), err
 
 

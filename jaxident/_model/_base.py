@@ -1,6 +1,7 @@
 """Models: equinox modules with named parameters, integrated by diffrax."""
 
 import abc
+import math
 from typing import ClassVar, NamedTuple
 
 import diffrax
@@ -101,9 +102,16 @@ class Integrator(eqx.Module):
     sensitivity: AbstractSensitivityMethod = SensitivityEquations()
 
     def __check_init__(self):
-        if not (self.rtol > 0 and self.atol >= 0):
+        # (a re-solve at other tolerances sets them as arrays, concrete here)
+        rtol, atol = (float(np.max(np.asarray(x))) for x in (self.rtol, self.atol))
+        if not (math.isfinite(rtol) and 0 < rtol < 1):
+            raise ValueError(f"rtol must lie in (0, 1), got {self.rtol}.")
+        if not (math.isfinite(atol) and atol >= 0):
+            raise ValueError(f"atol must be finite and >= 0, got {self.atol}.")
+        if self.dt0 is not None and not (math.isfinite(self.dt0) and self.dt0 > 0):
             raise ValueError(
-                f"Need rtol > 0 and atol >= 0, got rtol={self.rtol}, atol={self.atol}."
+                f"dt0 (the first step) must be positive and finite, or None to let the "
+                f"controller choose, got {self.dt0}."
             )
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}.")

@@ -2,7 +2,6 @@
 groups."""
 
 import dataclasses
-import json
 import math
 import os
 
@@ -12,6 +11,7 @@ import numpy as np
 from .. import plot
 from .._linalg._selection import Selection
 from .._problem._scale import Scale
+from .._runtime._files import strict_json
 
 
 class Group(eqx.Module):
@@ -273,7 +273,7 @@ class Report(eqx.Module):
         }
 
     def to_json(self, path: str | os.PathLike | None = None, **kwargs) -> str:
-        text = json.dumps(self.to_dict(), indent=2, **kwargs)
+        text = strict_json(self.to_dict(), indent=2, **kwargs)
         if path is not None:
             with open(path, "w") as fh:
                 fh.write(text)

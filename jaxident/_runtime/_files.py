@@ -1,8 +1,11 @@
 """Files written so that a reader never sees a part of one: a hash of arrays (to
-fingerprint what was computed) and an atomic write (write, fsync, rename)."""
+fingerprint what was computed), an atomic write (write, fsync, rename), and strict JSON
+(no bare NaN or Infinity, which strict parsers refuse)."""
 
 import contextlib
 import hashlib
+import json
+import math
 import os
 import pathlib
 import tempfile
@@ -44,3 +47,30 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def strict_json(obj, **kwargs) -> str:
+    """`obj` as strict JSON (RFC 8259, which a strict parser reads): NaN as null and
+    infinities as the strings "inf" / "-inf", as every number of the reports is
+    written; NumPy scalars and arrays as plain numbers and lists. Raises on anything
+    else that JSON cannot hold."""
+    return json.dumps(_plain(obj), allow_nan=False, **kwargs)
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _plain(x.tolist())
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if math.isnan(x):
+            return None
+        return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+    return x

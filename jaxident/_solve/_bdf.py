@@ -123,8 +123,13 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     global_error: ClassVar[float] = 100.0
 
     def __check_init__(self):
-        if not 1 <= self.max_order <= _MAX_ORDER:
-            raise ValueError(f"max_order must be in 1..{_MAX_ORDER}, got {self.max_order}.")
+        integral = isinstance(self.max_order, (int, np.integer)) and not isinstance(
+            self.max_order, bool
+        )
+        if not (integral and 1 <= self.max_order <= _MAX_ORDER):
+            raise ValueError(
+                f"max_order must be an integer in 1..{_MAX_ORDER}, got {self.max_order!r}."
+            )
 
     def order(self, terms):
         return self.max_order

@@ -614,3 +614,35 @@ def test_the_reports_solves_compile_without_llvm_passes(monkeypatch):
     ji.analyze(ji.models.load("sir"))
     assert seen and not any(seen)
     assert _config.solve_optimized()
+
+
+def test_report_json_is_strict_where_a_profile_point_failed(tmp_path):
+    """A failed profile point has NaN estimates and cost: the report's JSON writes them
+    as null (a bare NaN, as before, is refused by strict parsers), infinite standard
+    deviations as "inf"."""
+    import dataclasses
+
+    from jaxident._fit._profile import Profile
+
+    rep = ji.analyze(Product(), sigma=0.01)
+    failed = Profile(
+        "a",
+        np.array([0.5, 1.0, 2.0]),
+        ("b",),
+        np.array([[2.0], [np.nan], [0.5]]),
+        np.array([0.1, np.nan, 0.1]),
+        np.array([True, False, True]),
+        ("", "the fit failed", ""),
+    )
+    rep = dataclasses.replace(rep, profiles={"a": failed})
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    d = json.loads(rep.to_json(), parse_constant=refuse)
+    assert d["profiles"]["a"]["cost"] == [0.1, None, 0.1]
+    assert d["profiles"]["a"]["estimates"][1] == [None]
+    assert d["std"]["a"] == "inf"
+    path = tmp_path / "r.json"
+    rep.to_json(path)
+    assert json.loads(path.read_text(), parse_constant=refuse) == d
