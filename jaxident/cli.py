@@ -390,6 +390,11 @@ def _analyze_problem(args, problem) -> int:
     if args.fit:
         fit = _fit(args, problem, args.fit)
         theta, report["fit"] = fit.theta, fit.to_dict()
+        if fit.interrupted:  # Ctrl-C: the fits so far, said to be what they are
+            print(fit.summary(errors=False))
+            report["at"] = None
+            _write(args, report, lambda: fit.plot())
+            return _interrupted(args, fit)
         print(fit.summary(errors=False))
         print(
             f"\nAnalysed at the best fit (log-likelihood {fit.log_likelihood:.6g}, reached "
@@ -424,7 +429,22 @@ def cmd_fit(args) -> int:
     print(fit)
     print(f"({time.perf_counter() - t0:.1f}s)")
     _write(args, fit.to_dict(), lambda: fit.plot())
-    return 0
+    return _interrupted(args, fit) if fit.interrupted else 0
+
+
+def _interrupted(args, fit) -> int:
+    """Ctrl-C during the fits: say so (the files written say so too: "interrupted":
+    true, the planned starts), where the fits are kept, and exit as an interrupted
+    command does (130)."""
+    n, planned = len(fit.fits.nll), fit.fits.planned
+    kept = getattr(args, "out", None)
+    where = f"; {kept} keeps them: run the same command again to go on" if kept else ""
+    print(
+        f"jaxident: interrupted after {n} of {planned} starts: the results above and in "
+        f"the files written are of those {n}{where}.",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def _free_initial_states(model, spec: str):

@@ -655,3 +655,56 @@ def test_a_sigma_whose_square_underflows_is_refused(tmp_path):
     ji.Experiment(times, np.ones(8), 1e-150)  # the smallest that squares to a number
     with pytest.raises(ValueError, match="underflows to 0"):
         ji.petab.load(write_petab(tmp_path, noise="1e-300"))
+
+
+@pytest.mark.parametrize("command", ["fit", "analyze"])
+def test_cli_ctrl_c_during_fits_is_a_partial_run_on_screen_and_in_the_file(
+    command, tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C during the fits of `fit --starts N` exited 0 and wrote the report as a
+    finished run of the starts done; `analyze --fit N` carried on with them and said
+    "reached by k of N". Now: exit 130, the screen and the JSON say how many of how many,
+    and the API's result carries the flag."""
+    import warnings
+
+    from jaxident import cli
+    from jaxident._fit import _multistart
+
+    class InterruptingBar:
+        """A progress bar interrupted (Ctrl-C) at its second update."""
+
+        def __init__(self, *args, **kwargs):
+            self.updates = 0
+
+        def update(self, m):
+            self.updates += 1
+            if self.updates == 2:
+                raise KeyboardInterrupt
+
+        def set_postfix(self, **kwargs):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_multistart, "tqdm", InterruptingBar)
+    js = tmp_path / "r.json"
+    flag = "--starts" if command == "fit" else "--fit"
+    argv = [command, "perelson", flag, "6", "--json", str(js), "--quiet"]
+    if command == "analyze":
+        argv += ["--profile", "none"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(argv) == 130
+    out, err = capsys.readouterr()
+    assert "INTERRUPTED after 2 of 6 starts" in out
+    assert "interrupted after 2 of 6 starts" in err
+    report = json.loads(js.read_text())
+    fits = report["fits"] if command == "fit" else report["fit"]["fits"]
+    assert fits["interrupted"] is True and fits["planned"] == 6 and fits["starts"] == 2
+    if command == "analyze":  # no report at a best fit of a run that did not finish
+        assert report["at"] is None and "rank" not in report
+    problem = ji.petab.load(ji.data.petab_problem("perelson"), estimate_noise=True)
+    with pytest.warns(UserWarning, match="interrupted after 2 of 6"):
+        est = ji.estimate(problem, starts=6, progress=False)
+    assert est.interrupted and est.fits.planned == 6 and len(est.fits.nll) == 2

@@ -277,6 +277,12 @@ class Estimate(eqx.Module):
         """The fits within `fits.tol` of the best negative log-likelihood."""
         return self._multi("n_at_best").n_at_best
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether the multi-start stopped (Ctrl-C) before every planned start was
+        fitted (`fits.planned`): the best of the fits finished, not of the run asked for."""
+        return self.fits is not None and self.fits.interrupted
+
     def plot(self):
         """The waterfall plot of every fit beside the parameters across starts, each
         coloured by the distinct optimum it reached (`ji.plot.multistart`). Returns the
@@ -320,6 +326,7 @@ class Estimate(eqx.Module):
             out["scales"] = list(self.scales)
             out["linear"] = self.linear.tolist()
         if self.fits is not None:
+            out["interrupted"] = self.interrupted
             out["log_likelihood"] = self.log_likelihood
             out["fits"] = self.fits.to_dict()
             found = self.optima()

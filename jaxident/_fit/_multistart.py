@@ -290,7 +290,9 @@ class MultiStart(eqx.Module):
 
     **Properties:** `best` (the best fit's parameters), `best_nll`, `log_likelihood`,
     `n_at_best` (fits within `tol` of the best), `ok` (which fits converged); `held`
-    names the parameters held at their starting values (`ji.estimate(..., free=...)`).
+    names the parameters held at their starting values (`ji.estimate(..., free=...)`);
+    `planned` the starts asked for, and `interrupted` whether fewer were fitted (Ctrl-C:
+    printed and written as such, never as a finished run).
     **Methods:** `plot()` (a waterfall plot), `to_dict()`.
     """
 
@@ -305,6 +307,13 @@ class MultiStart(eqx.Module):
     tol: float = eqx.field(static=True, default=0.1)
     held: tuple[str, ...] = eqx.field(static=True, default=())
     bounds: tuple | None = None
+    planned: int | None = eqx.field(static=True, default=None)
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run stopped (Ctrl-C) before every planned start was fitted: the
+        fits are those finished, not the run asked for."""
+        return self.planned is not None and self.planned > int(np.asarray(self.nll).size)
 
     @property
     def best(self) -> Float[Array, " q"]:
@@ -342,13 +351,16 @@ class MultiStart(eqx.Module):
             "steps": np.asarray(self.steps).tolist(),
             "at_bound_best": [n for n, b in zip(self.names, np.asarray(self.at_bound[0])) if b],
             "held": list(self.held),
+            "planned": self.planned,
+            "interrupted": self.interrupted,
         }
 
     def __repr__(self) -> str:
         d = self.to_dict()
         w = max(len(n) for n in self.names)
+        n = f"INTERRUPTED after {d['starts']} of {self.planned}" if self.interrupted else d["starts"]
         lines = [
-            f"Multi-start estimation: {d['starts']} starts, best log-likelihood "
+            f"Multi-start estimation: {n} starts, best log-likelihood "
             f"{self.log_likelihood:.6g}, reached (within {self.tol:g}) by {d['at_best']}; "
             f"{d['converged']} converged, {d['failed']} failed",
         ]
@@ -506,6 +518,7 @@ def estimate_problem(
     finally:
         bar.close()
     done = sorted(rows)
+    planned = len(pts)
     pts = pts[done]
     theta, nll, steps, result, at_bound = stacked([rows[i] for i in done])
     nll = np.where(np.isfinite(nll), nll, np.inf)
@@ -528,5 +541,6 @@ def estimate_problem(
             np.asarray(problem.parameters.lower, float),
             np.asarray(problem.parameters.upper, float),
         ),  # fmt: skip
+        planned=planned,
     )
     return fits, fishers.get(done[int(order[0])]) if done else None
