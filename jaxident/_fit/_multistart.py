@@ -358,7 +358,9 @@ class MultiStart(eqx.Module):
     def __repr__(self) -> str:
         d = self.to_dict()
         w = max(len(n) for n in self.names)
-        n = f"INTERRUPTED after {d['starts']} of {self.planned}" if self.interrupted else d["starts"]
+        n = d["starts"]
+        if self.interrupted:
+            n = f"INTERRUPTED after {n} of {self.planned}"
         lines = [
             f"Multi-start estimation: {n} starts, best log-likelihood "
             f"{self.log_likelihood:.6g}, reached (within {self.tol:g}) by {d['at_best']}; "
