@@ -1,10 +1,18 @@
 """A multi-start's finished fits kept on disk (`ji.estimate(problem, starts=N,
-out=path)`): written atomically after every fit with a fingerprint of what is fitted,
-so that an interrupted multi-start resumes where it stopped, and a file of another
-multi-start (or a damaged one) is refused, never read as fits."""
+out=path)`), so that an interrupted multi-start resumes where it stopped, and a file of
+another multi-start, or a damaged one, is refused, never read as fits.
+
+The file is JSON Lines: a header (the kind, a fingerprint of what is fitted, the number
+of starts), then one record per finished fit, each with a checksum of its own fields
+(SHA-256 of its canonical JSON): a record edited by hand fails it and the file is
+refused. Records are appended (flushed and synced after each chunk of fits), so the
+writes grow with the fits, not with their square; a last line cut short by an
+interruption is dropped (its fit is made again) and the file truncated there.
+"""
 
 import hashlib
 import json
+import os
 import pathlib
 import re
 
@@ -18,6 +26,7 @@ from .._runtime._files import arrays_hash, write_atomic
 
 
 _KIND = "jaxident multi-start"
+_FORMAT = 2  # JSON Lines with a checksum per record (1: one JSON object, rewritten)
 
 
 def fingerprint(problem, starts, free, max_steps: int, optimizer, integrator) -> str:
@@ -33,9 +42,15 @@ def fingerprint(problem, starts, free, max_steps: int, optimizer, integrator) ->
     return digest.hexdigest()
 
 
+def _checksum(record: dict) -> str:
+    fields = {k: v for k, v in record.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
 class KeptFits:
-    """The fits of a multi-start in the JSON file `path`: `rows` maps a start's index to
-    its fit, `(theta, nll, steps, result code, at_bound)`."""
+    """The fits of a multi-start in the JSON Lines file `path` (module docstring):
+    `rows` maps a start's index to its fit, `(theta, nll, steps, result code,
+    at_bound)`; `append` adds fits."""
 
     def __init__(self, path, key: str, n: int):
         self.path, self.key, self.n = pathlib.Path(path), key, n
@@ -45,22 +60,35 @@ class KeptFits:
         if self.path.exists():
             self.rows = self._read()
 
+    def _damaged(self, why: str) -> ValueError:
+        return ValueError(
+            f"{self.path} is not a jaxident multi-start file, or it is damaged ({why}): "
+            "delete it, or give another out=."
+        )
+
     def _read(self) -> dict[int, tuple]:
-        try:
-            state = json.loads(self.path.read_text())
-            if state["kind"] != _KIND:
-                raise ValueError("not a multi-start")
-            key, fits = state["fingerprint"], state["fits"]
-            rows = {
-                int(i): (np.asarray(f["theta"], float), float(f["nll"]), int(f["steps"]),
-                         int(f["result"]), np.asarray(f["at_bound"], bool))
-                for i, f in fits.items()
-            }  # fmt: skip
+        data = self.path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1]  # a last line cut short: not written
+        lines = complete.decode(errors="replace").splitlines()
+        try:  # (the header is written with the first records, in one atomic write)
+            header = json.loads(data.split(b"\n", 1)[0] or b"null")
+            if not isinstance(header, dict) or header.get("kind") != _KIND:
+                raise ValueError("no multi-start header")
+            if header.get("format") != _FORMAT:
+                raise ValueError(
+                    f"format {header.get('format', 1)}, written by another jaxident version"
+                )
+            key = header["fingerprint"]
+            rows = {}
+            for k, line in enumerate(lines[1:], start=2):  # (lines: the complete ones)
+                f = json.loads(line)
+                if not isinstance(f, dict) or f.get("sha256") != _checksum(f):
+                    raise ValueError(f"the checksum of line {k} fails: it was edited")
+                rows[int(f["i"])] = (np.asarray(f["theta"], float), float(f["nll"]),
+                                     int(f["steps"]), int(f["result"]),
+                                     np.asarray(f["at_bound"], bool))  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(
-                f"{self.path} is not a jaxident multi-start file, or it is damaged "
-                f"({type(e).__name__}: {e}): delete it, or give another out=."
-            ) from None
+            raise self._damaged(f"{type(e).__name__}: {e}") from None
         if key != self.key:
             raise ValueError(
                 f"{self.path} keeps the fits of another multi-start (another problem, "
@@ -68,17 +96,36 @@ class KeptFits:
                 "or give another out=."
             )
         if any(not 0 <= i < self.n for i in rows):
-            raise ValueError(f"{self.path} is damaged: a fit of a start that does not exist.")
+            raise self._damaged("a fit of a start that does not exist")
+        if len(complete) < len(data):  # drop the torn line before appending after it
+            with open(self.path, "r+b") as fh:
+                fh.truncate(len(complete))
         return rows
 
-    def write(self, rows: dict[int, tuple]) -> None:
-        fits = {
-            str(i): {"theta": r[0].tolist(), "nll": r[1], "steps": r[2], "result": r[3],
-                     "at_bound": r[4].tolist()}
-            for i, r in sorted(rows.items())
-        }  # fmt: skip
-        state = {"kind": _KIND, "fingerprint": self.key, "starts": self.n, "fits": fits}
-        write_atomic(self.path, json.dumps(state))
+    def append(self, rows: dict[int, tuple]) -> None:
+        """Add the fits `rows` (the file, with its header, is made by the first)."""
+        lines = []
+        for i, r in sorted(rows.items()):
+            theta = [float(v) if np.isfinite(v) else None for v in r[0]]  # NaN: null
+            record = {"i": int(i), "theta": theta, "nll": _number(r[1]),
+                      "steps": r[2], "result": r[3], "at_bound": r[4].tolist()}  # fmt: skip
+            record["sha256"] = _checksum(record)
+            lines.append(json.dumps(record, allow_nan=False))
+        text = "\n".join(lines) + "\n"
+        if not self.path.exists():
+            header = {"kind": _KIND, "format": _FORMAT, "fingerprint": self.key, "starts": self.n}
+            write_atomic(self.path, json.dumps(header) + "\n" + text)
+            return
+        with open(self.path, "a") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _number(x: float):
+    """A -log L for JSON: a failed fit's inf as "inf" (strict JSON has no Infinity)."""
+    x = float(x)
+    return x if np.isfinite(x) else ("inf" if x > 0 else "nan")
 
 
 def row(out, r: int) -> tuple:

@@ -504,7 +504,7 @@ def estimate_problem(
             rows.update({i: row(fit[:5], r) for r, i in enumerate(idx)})
             fishers.update({i: np.asarray(fit[5])[r] for r, i in enumerate(idx)})
             if kept is not None:
-                kept.write(rows)
+                kept.append({i: rows[i] for i in idx})
             bar.update(len(idx))
             # (the log-likelihood, as the summary prints it: not the minimised -log L)
             bar.set_postfix(log_likelihood=f"{-min(r[1] for r in rows.values()):.6g}")

@@ -65,3 +65,36 @@ def test_a_file_of_another_multistart_is_refused(tmp_path, capsys):
     assert cli.main(["fit", yaml, "--starts", "2", "--out", str(path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "damaged" in err and "give another --out" in err and "Traceback" not in err
+
+
+def test_an_edited_or_torn_file_and_appended_records(tmp_path, capsys):
+    """One number edited in a kept file (still valid JSON) was returned as the best fit,
+    with a cost `ji.predict` contradicts: each record has a checksum now, and an edit is
+    refused. A last line cut short by an interruption is dropped and its fit made again.
+    Records are appended: the earlier lines stay as they were written (before, the whole
+    file was rewritten after every fit)."""
+    import json
+
+    problem = _problem()
+    path = tmp_path / "fits.jsonl"
+    two = ji.estimate(problem, starts=np.asarray([[0.1, 1.0], [1.0, 3.0]]), progress=False,
+                      out=path)  # fmt: skip
+    first = path.read_bytes()
+    lines = first.decode().splitlines()
+    assert len(lines) == 3 and json.loads(lines[0])["format"] == 2
+    record = json.loads(lines[2])
+    record["nll"] = record["nll"] - 5.0  # a better fit, by hand
+    path.write_text("\n".join([*lines[:2], json.dumps(record)]) + "\n")
+    with pytest.raises(ValueError, match="checksum of line 3 fails: it was edited"):
+        ji.estimate(problem, starts=np.asarray([[0.1, 1.0], [1.0, 3.0]]), progress=False,
+                    out=path)  # fmt: skip
+    # torn: the last record cut in the middle, as an interrupted write leaves it
+    path.write_bytes(first[: len(first) - 20])
+    again = ji.estimate(problem, starts=np.asarray([[0.1, 1.0], [1.0, 3.0]]), progress=False,
+                        out=path)  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(again.fits.nll), np.asarray(two.fits.nll))
+    assert path.read_bytes() == first  # the torn line dropped, the fit appended again
+    # a file of the format before (one JSON object): refused, naming the version
+    path.write_text(json.dumps({"kind": "jaxident multi-start", "fingerprint": "x", "fits": {}}))
+    with pytest.raises(ValueError, match="another jaxident version"):
+        ji.estimate(problem, starts=2, progress=False, out=path)
