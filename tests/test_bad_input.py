@@ -159,6 +159,33 @@ def test_sweep_recomputes_damaged_result_files(tmp_path, damage):
     assert res.ok.all()
 
 
+@pytest.mark.parametrize("how", ["free space", "allocation"])
+def test_a_sweep_on_a_full_disk_is_an_error_naming_the_folder(tmp_path, monkeypatch, how):
+    """A sweep whose out_dir is on a full file system died of SIGBUS with nothing on
+    stderr while filling its memory-mapped files, and left a sparse file behind."""
+    import errno
+    import shutil
+
+    from jaxident._identify import _sweep_files
+
+    if how == "free space":
+        usage = shutil.disk_usage(tmp_path)
+        monkeypatch.setattr(_sweep_files.shutil, "disk_usage",
+                            lambda p: usage._replace(free=100))  # fmt: skip
+    else:  # the free space reported, the blocks not there (a quota, a race)
+        if not hasattr(os, "posix_fallocate"):
+            pytest.skip("no posix_fallocate on this system")
+
+        def full(fd, offset, length):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(_sweep_files.os, "posix_fallocate", full)
+    out = tmp_path / "run"
+    with pytest.raises(OSError, match=r"Not enough space in .*run for the sweep's results"):
+        _sweep(jnp.linspace(0.0, 1.0, 10), out)
+    assert not out.exists()  # nothing left behind
+
+
 @pytest.mark.parametrize("content", ["", "{not json", '{"fingerprint": 1}', "[]"])
 def test_sweep_refuses_a_damaged_state_file(tmp_path, content):
     xs = jnp.linspace(0.0, 1.0, 10)

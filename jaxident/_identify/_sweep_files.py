@@ -2,9 +2,13 @@
 finished chunk, and an atomically written state, so that an interrupted sweep resumes
 and a damaged or foreign directory is never read as results."""
 
+import contextlib
+import errno
 import hashlib
 import json
+import os
 import pathlib
+import shutil
 import warnings
 
 import filelock
@@ -73,6 +77,7 @@ class ResultFiles:
 
     def __init__(self, out_dir, n, fingerprint, v_leaves):
         self.dir = pathlib.Path(out_dir)
+        created = not self.dir.exists()
         self.dir.mkdir(parents=True, exist_ok=True)
         # one writer at a time: a second process on the same directory waits for the
         # first to finish, then resumes from its state (nothing is computed twice)
@@ -90,6 +95,10 @@ class ResultFiles:
             self._open(n, fingerprint, v_leaves)
         except BaseException:
             self.lock.release()
+            if created:  # nothing left behind in a folder this sweep made
+                with contextlib.suppress(OSError):
+                    (self.dir / ".sweep.lock").unlink()
+                    self.dir.rmdir()
             raise
 
     def close(self) -> None:
@@ -157,8 +166,9 @@ class ResultFiles:
                     stacklevel=5,
                 )
                 self.done = {}
+        self._reserve()
         for i, (shape, dtype) in enumerate(self.specs):
-            a = np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
+            a = np.lib.format.open_memmap(self._path(i), mode="r+")
             if np.issubdtype(dtype, np.inexact):
                 # rows not (yet) computed read as NaN, never as zeros; in blocks, each
                 # unmapped once written
@@ -171,6 +181,37 @@ class ResultFiles:
                     del a
             else:
                 del a
+
+    def _reserve(self) -> None:
+        """Create the result files with their blocks reserved on disk (a memory-mapped
+        file that the disk cannot hold kills the process with SIGBUS when it is written,
+        with nothing on stderr): the free space checked first, each file's blocks
+        allocated (`posix_fallocate`) after; where either fails, the files are removed
+        and the error names the folder."""
+        sizes = [int(np.prod(shape)) * dtype.itemsize for shape, dtype in self.specs]
+        need = sum(sizes) + 4096 * len(sizes)  # (the .npy headers)
+        free = shutil.disk_usage(self.dir).free
+        if need > free:
+            raise _no_space(self.dir, need, free)
+        made = []
+        try:
+            for i, (shape, dtype) in enumerate(self.specs):
+                a = np.lib.format.open_memmap(self._path(i), mode="w+", dtype=dtype, shape=shape)
+                made.append(self._path(i))
+                del a
+                if hasattr(os, "posix_fallocate"):
+                    fd = os.open(self._path(i), os.O_RDWR)
+                    try:
+                        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+                    finally:
+                        os.close(fd)
+        except OSError as e:
+            for path in made:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _no_space(self.dir, need, shutil.disk_usage(self.dir).free) from None
+            raise
 
     def write_chunk(self, start: int, stop: int, leaves: list[np.ndarray]) -> None:
         """Write rows `start:stop` of every leaf (the ok flags last), then record the
@@ -227,3 +268,12 @@ def read_parts(out_dir) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
             computed[start:stop] = True
     *leaves, ok = out
     return leaves, ok, computed
+
+
+def _no_space(folder, need: int, free: int) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"Not enough space in {folder} for the sweep's results: {need / 1e6:.1f} MB "
+        f"needed, {free / 1e6:.1f} MB free. Free some space or give another out_dir "
+        "(nothing was written there).",
+    )
