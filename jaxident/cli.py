@@ -245,6 +245,11 @@ def load_target(name: str, estimate_noise: bool = False):
     import jaxident as ji
 
     folder = f"{name} is a directory; give the PEtab problem's YAML file in it."
+    if name != name.strip() and not os.path.exists(name):
+        raise _UsageError(
+            f"{name!r} starts or ends with a space: did you mean {name.strip()!r}? (quote "
+            "a path that has spaces in it)"
+        )
     if name.lower().endswith((".yaml", ".yml")):
         if os.path.isdir(name):
             raise _UsageError(folder)

@@ -735,3 +735,22 @@ def test_cli_ctrl_c_during_fits_is_a_partial_run_on_screen_and_in_the_file(
     with pytest.warns(UserWarning, match="interrupted after 2 of 6"):
         est = ji.estimate(problem, starts=6, progress=False)
     assert est.interrupted and est.fits.planned == 6 and len(est.fits.nll) == 2
+
+
+def test_unclear_inputs_get_clear_errors(tmp_path, capsys):
+    """Three cases that got another layer's message: a sigma of the wrong shape got
+    NumPy's broadcast error, a path ending in a space was an "Unknown model", an
+    `out_dir` that is a file got "File exists"."""
+    from jaxident import cli
+
+    model = ji.models.load("svir")
+    times = np.asarray(model.times)
+    with pytest.raises(ValueError, match=r"sigma has shape \(3,\); give a scalar, one per output"):
+        ji.Problem(model, ji.Experiment(times, sigma=np.ones(3)))
+    path = str(ji.data.petab_problem("boehm"))
+    assert cli.main(["analyze", path + " "]) == 2
+    err = capsys.readouterr().err
+    assert "ends with a space: did you mean" in err and "Unknown model" not in err
+    (tmp_path / "f").write_text("a file")
+    with pytest.raises(ValueError, match="out_dir .* is a file; give a folder"):
+        ji.sweep(lambda x: 2 * x, jnp.ones(4), progress=False, out_dir=tmp_path / "f")

@@ -77,6 +77,8 @@ class ResultFiles:
 
     def __init__(self, out_dir, n, fingerprint, v_leaves):
         self.dir = pathlib.Path(out_dir)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise ValueError(f"out_dir {self.dir} is a file; give a folder for the results.")
         created = not self.dir.exists()
         self.dir.mkdir(parents=True, exist_ok=True)
         # one writer at a time: a second process on the same directory waits for the

@@ -187,13 +187,13 @@ def _stacked(model, experiments, m: int) -> tuple[np.ndarray, ...]:
         if isinstance(e.sigma, MeasurementError):
             s = np.asarray(e.sigma.sigma(np.where(np.isnan(d), 0.0, d)))
         else:
-            s = (
-                np.broadcast_to(np.asarray(e.sigma, dtype=float), (n, m))
-                if e.sigma.ndim < 2
-                else e.sigma
-            )
-            if s.shape != (n, m):
-                raise ValueError(f"experiment {e.name!r}: sigma has shape {s.shape}.")
+            s = np.asarray(e.sigma, dtype=float)
+            if s.shape not in ((), (m,), (n, m)):
+                raise ValueError(
+                    f"experiment {e.name!r}: sigma has shape {s.shape}; give a scalar, one "
+                    f"per output ({m},) or one per datum ({n}, {m}) ({n} times, {m} outputs)."
+                )
+            s = np.broadcast_to(s, (n, m))
         pad = T - n
         times.append(np.concatenate([e.times, np.full(pad, e.times[-1])]))
         data.append(np.concatenate([d, np.full((pad, m), np.nan)]))
