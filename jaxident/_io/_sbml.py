@@ -15,7 +15,9 @@ and compartments of varying size raise a `ValueError` naming the feature.
 
 import dataclasses
 import functools
+import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -828,6 +830,21 @@ def _species(parts: _Parts, initial_overrides) -> None:
         )
 
 
+def _stoichiometry(parts: _Parts, reaction, ref) -> float:
+    """A species reference's stoichiometry; in SBML Level 3 an unset one (NaN in libSBML)
+    is taken as 1, as libroadrunner and COPASI take it, with a warning (the
+    specification leaves it undefined; before, it made every rate NaN)."""
+    value = ref.getStoichiometry()
+    if math.isnan(value) or (parts.m.getLevel() == 3 and not ref.isSetStoichiometry()):
+        warnings.warn(
+            f"{parts.path}: reaction {reaction.getId()!r}: the stoichiometry of species "
+            f"{ref.getSpecies()!r} is not set; taking 1 (as libroadrunner and COPASI do).",
+            stacklevel=6,
+        )
+        return 1.0
+    return value
+
+
 def _reactions(parts: _Parts) -> None:
     """Each reaction's rate, times its stoichiometry, added to the rates of its
     reactants and products (per volume for a concentration)."""
@@ -848,7 +865,7 @@ def _reactions(parts: _Parts) -> None:
                 fixed = s.getBoundaryCondition() or s.getConstant()
                 if fixed or sid in parts.rated or sid in parts.assigned:
                     continue
-                term = sign * sp.Float(ref.getStoichiometry()) * rate
+                term = sign * sp.Float(_stoichiometry(parts, r, ref)) * rate
                 if not s.getHasOnlySubstanceUnits():
                     term = term / parts.size[s.getCompartment()]
                 parts.rates[sid] = parts.rates[sid] + term

@@ -162,3 +162,36 @@ def test_an_event_at_time_inf_never_fires(tmp_path):
     k = model.parameters.names.index("k")
     S = np.asarray(ji.sensitivity(model).matrix)[0::2, k]  # dX/dk, every other row
     np.testing.assert_allclose(S, -TIMES * np.exp(-0.1 * TIMES), rtol=1e-5)
+
+
+def test_a_species_reference_without_stoichiometry_is_one(tmp_path):
+    """A Level 3 species reference without a stoichiometry made every rate NaN (then
+    blamed on the equations); libroadrunner takes 1, and so does jaxident now, with a
+    warning: `A -> B` at rate `k A` against the closed form."""
+    import libsbml
+
+    doc = libsbml.SBMLDocument(3, 1)
+    m = doc.createModel()
+    m.setId("unset")
+    c = m.createCompartment()
+    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
+    for sid, x0 in (("A", 1.0), ("B", 0.0)):
+        s = m.createSpecies()
+        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(x0)
+        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
+    p = m.createParameter()
+    p.setId("k"), p.setValue(0.7), p.setConstant(True)
+    r = m.createReaction()
+    r.setId("conversion"), r.setReversible(False), r.setFast(False)
+    reactant, product = r.createReactant(), r.createProduct()
+    reactant.setSpecies("A"), reactant.setConstant(True)  # no stoichiometry
+    product.setSpecies("B"), product.setConstant(True), product.setStoichiometry(1.0)
+    r.createKineticLaw().setMath(libsbml.parseL3Formula("cell * k * A"))
+    path = tmp_path / "unset.xml"
+    libsbml.writeSBMLToFile(doc, str(path))
+    with pytest.warns(UserWarning, match="stoichiometry of species 'A' is not set; taking 1"):
+        model = ji.sbml_model(path, times=[0.5, 1.0, 2.0])
+    ys = np.asarray(ji.simulate(model).ys)
+    t = np.array([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(ys[:, 0], np.exp(-0.7 * t), rtol=1e-6)
+    np.testing.assert_allclose(ys[:, 1], 1 - np.exp(-0.7 * t), rtol=1e-6)
