@@ -754,3 +754,32 @@ def test_unclear_inputs_get_clear_errors(tmp_path, capsys):
     (tmp_path / "f").write_text("a file")
     with pytest.raises(ValueError, match="out_dir .* is a file; give a folder"):
         ji.sweep(lambda x: 2 * x, jnp.ones(4), progress=False, out_dir=tmp_path / "f")
+
+
+class _Line(ji.ODEModel):
+    """`x' = -b`, `x(0) = a`: negative after `t = a / b`."""
+
+    parameters: ji.Parameters = ji.Parameters(["a", "b"], [1.0, 0.5])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 3.0, 6))
+    t0: float = 0.0
+
+    def vector_field(self, t, x, th):
+        return -th.b * jnp.ones_like(x)
+
+    def initial_state(self, th):
+        return jnp.ones(1) * th.a
+
+    def output(self, t, x, th):
+        return x
+
+
+def test_a_log_of_a_negative_output_is_an_error_naming_it():
+    """On a log10 observable, a model output at or below 0 gave a NaN log-likelihood
+    without a word."""
+    model = _Line()
+    t = np.asarray(model.times)
+    problem = ji.Problem(model, ji.Experiment(t, np.full((6, 1), 0.5), 0.1), transforms=["log10"])
+    with pytest.raises(ValueError, match=r"'y0'|compared on a log10 scale.*t = 2.5"):
+        ji.predict(problem)
+    out = ji.predict(problem, throw=False)  # (a fit's probe: NaN, no error)
+    assert not np.isfinite(float(out.log_likelihood))

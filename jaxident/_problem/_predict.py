@@ -30,6 +30,7 @@ from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state, why_no_steady_state
 from ._base import Problem, unscale, unscale_derivative
 from ._noise import Noise, per_output
+from ._scale import Scale
 
 
 def _at_steady_state(model, th_e, M_e, n, integrator, jacobian):
@@ -291,6 +292,19 @@ def predict(
             f"{problem.output_names[o]!r} at t = {float(problem.times[e, i]):g} in experiment "
             f"{problem.experiment_names[e]!r}: a standard deviation must be positive (check "
             "the noise formula and its parameters)."
+        )
+    pred = np.asarray(out.outputs)
+    logs = np.asarray([t != Scale.lin for t in problem.transforms])
+    bad_log = np.asarray(problem.observed) & logs & ~(pred > 0)
+    if ok.all() and bad_log.any():
+        e, i, o = (int(v[0]) for v in np.nonzero(bad_log))
+        raise ValueError(
+            f"The observable {problem.output_names[o]!r} is compared on a "
+            f"{problem.transforms[o]} scale, but the model gives {float(pred[e, i, o]):g} at "
+            f"t = {float(problem.times[e, i]):g} in experiment "
+            f"{problem.experiment_names[e]!r}: a logarithm of a value that is not positive "
+            "(the log-likelihood would be NaN). Check the observable's formula and its "
+            "parameters (an offset, a scaling) there."
         )
     if not ok.all():
         bad = [problem.experiment_names[i] for i in np.flatnonzero(~ok)]

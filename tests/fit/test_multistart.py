@@ -482,8 +482,8 @@ def test_ctrl_c_returns_the_fits_finished_so_far(monkeypatch, tmp_path, capsys):
     calls.clear()
     path = str(write_petab(tmp_path / "p"))
     with pytest.warns(UserWarning, match="interrupted after 2 of 4 starts"):
-        assert cli.main(["fit", path, "--starts", "4", "--quiet"]) == 0
-    assert "Multi-start estimation: 2 starts" in capsys.readouterr().out
+        assert cli.main(["fit", path, "--starts", "4", "--quiet"]) == 130  # (issue 81)
+    assert "Multi-start estimation: INTERRUPTED after 2 of 4 starts" in capsys.readouterr().out
 
 
 class _OralOneCompartment(ji.ODEModel):
