@@ -21,6 +21,7 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
 from .._problem._base import from_scale, Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
+from .._problem._noise import Noise
 from .._problem._predict import predict
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
@@ -97,6 +98,7 @@ class Estimate(eqx.Module):
     fisher: Float[Array, "p p"] | None = None
     fits: MultiStart | None = None
     scales: tuple[str, ...] | None = eqx.field(static=True, default=None)
+    kinks: bool = eqx.field(static=True, default=False)  # a Laplace noise model
 
     @property
     def ok(self) -> Bool[Array, "..."]:
@@ -121,6 +123,13 @@ class Estimate(eqx.Module):
                 "closer, or check identifiability"
             )
         if bool(np.asarray(self.result == optx.RESULTS.stagnation).reshape(-1)[first]):
+            if self.kinks:
+                return (
+                    "the solver stagnated where the gradient does not vanish: the Laplace "
+                    "noise model's likelihood has kinks (|residual|) at each datum, where "
+                    "a smooth model of the cost fails; compare the fits by their -log L, "
+                    "start elsewhere, or use normal noise"
+                )
             return (
                 "the solver stagnated: no step lowered the cost, although the gradient "
                 "does not vanish; start elsewhere or check identifiability"
@@ -562,6 +571,7 @@ def _best_of(problem: Problem, fits: MultiStart, fisher, integrator) -> Estimate
         fisher=jnp.asarray(fisher),
         fits=fits,
         scales=tuple(problem.scales),
+        kinks=any(d == Noise.laplace for d in problem.distributions),
     )
 
 
