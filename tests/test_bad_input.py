@@ -783,3 +783,28 @@ def test_a_log_of_a_negative_output_is_an_error_naming_it():
         ji.predict(problem)
     out = ji.predict(problem, throw=False)  # (a fit's probe: NaN, no error)
     assert not np.isfinite(float(out.log_likelihood))
+
+
+def test_solver_failure_advice_fits_the_solver_and_the_precision():
+    """The advice "use a stiff solver" was given to a stiff solver's failure, and to
+    float32 Robertson under ji.BDF, whose rtol float32 cannot meet."""
+    import diffrax
+
+    from jaxident._solve._simulate import _advice
+
+    assert "stiff solver" in _advice(diffrax.Tsit5(), 1e-8)
+    for stiff in (ji.Rodas4(), ji.BDF(), diffrax.Kvaerno5()):
+        assert "stiff solver" not in _advice(stiff, 1e-8)
+    try:
+        jax.config.update("jax_enable_x64", False)
+        text = _advice(ji.BDF(), 1e-8)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert "single precision" in text and "jax_enable_x64" in text
+    # a failing non-stiff solve says it, end to end
+    model = ji.models.load("svir")
+    with pytest.raises(Exception, match="use a stiff solver"):
+        ji.simulate(model, integrator=ji.Integrator(max_steps=2))
+    with pytest.raises(Exception, match=r"raise Integrator\(max_steps=...\)\.") as info:
+        ji.simulate(model, integrator=ji.Integrator(ji.Rodas4(), max_steps=2))
+    assert "stiff solver" not in str(info.value)

@@ -56,17 +56,17 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
         ok = ok & nonzero
     solved = solved._replace(ok=ok)
     if throw:  # (False, or the error mode: `run_kernel`)
-        S = raise_if_failed(model, S, solved)
+        S = raise_if_failed(model, S, solved, integrator)
     S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
     return S, y, ok, status(solved)
 
 
-def _sensitivity_message(model, scale, out):
+def _sensitivity_message(model, scale, out, integrator=None):
     _, y, _, st = out
     zero_output = not bool(np.all(np.asarray(y) != 0))
     if scale == "relative" and not bool(st.ok) and bool(st.success) and zero_output:
         return _ZERO_OUTPUT
-    return failure_message(model, st)
+    return failure_message(model, st, integrator)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -118,7 +118,7 @@ def sensitivity(
         integrator,
         scale,
         throw=throw,
-        message=lambda out: _sensitivity_message(model, scale, out),
+        message=lambda out: _sensitivity_message(model, scale, out, integrator),
         optimize=solve_optimized(),
     )
     return Sensitivity(

@@ -57,7 +57,31 @@ class Trajectory(eqx.Module):
         )
 
 
-def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
+def _advice(solver, rtol) -> str:
+    """What to try after a solver failure: a stiff solver only where this one is not;
+    in single precision, tolerances it can meet."""
+    stiff = isinstance(solver, diffrax.AbstractImplicitSolver) or getattr(
+        solver, "steps_onto_outputs", False
+    )  # (ji.Rodas4 and ji.BDF: linearly implicit, stiff)
+    if not jax.config.jax_enable_x64:
+        return (
+            f"In single precision (float32, eps 1.2e-7) rtol = {float(rtol):g} cannot be "
+            "met on a stiff problem: enable float64 (jax.config.update('jax_enable_x64', "
+            "True), as jaxident does on import unless told not to) or loosen rtol to 1e-5."
+        )
+    if stiff:
+        return (
+            "Check the parameter values (a sweep reports such samples as failures instead), "
+            "loosen rtol/atol, or raise Integrator(max_steps=...)."
+        )
+    return (
+        "Check the parameter values (a sweep reports such samples as failures instead), "
+        "loosen rtol/atol, raise Integrator(max_steps=...), or use a stiff solver such as "
+        "ji.Rodas4() or diffrax.Kvaerno5()."
+    )
+
+
+def _solver_failure_messages(name: str, dae: bool = False, integrator=None) -> list[str]:
     msgs = getattr(diffrax.RESULTS, "_index_to_message", None)
     if msgs is None:  # pragma: no cover - diffrax internals changed
         msgs = ["", "the solver failed"]
@@ -84,11 +108,9 @@ def _solver_failure_messages(name: str, dae: bool = False) -> list[str]:
     out = []
     for i, m in enumerate(msgs):
         m = m or "the solver failed"
-        text = special.get(i) or (
-            f"{m} Check the parameter values (a sweep reports such samples as failures "
-            "instead), loosen rtol/atol, raise Integrator(max_steps=...), or use a stiff "
-            "solver such as diffrax.Kvaerno5()."
-        )
+        solver = None if integrator is None else integrator.solver
+        rtol = 1e-8 if integrator is None else np.max(np.asarray(integrator.rtol))
+        text = special.get(i) or f"{m} {_advice(solver, rtol)}"
         out.append(
             f"Integrating {name} failed: {text}"
             + (
@@ -614,9 +636,11 @@ def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:
     return Solved(ys, ys, ok, true, true, zero, zero)
 
 
-def _failure_checks(model, solved: Solved):
+def _failure_checks(model, solved: Solved, integrator=None):
     """`(pred, index, messages)` of a failed solve: the DAE initialisation, the ODE
-    solver's own reason, or non-finite outputs."""
+    solver's own reason, or non-finite outputs (`integrator`: the one that solved, for
+    the advice; default the model's)."""
+    integrator = getattr(model, "integrator", None) if integrator is None else integrator
     name = type(model).__name__
     dae = isinstance(model, DAEModel)
     checks = []
@@ -637,7 +661,7 @@ def _failure_checks(model, solved: Solved):
         (
             solved.init_ok & ~solved.success,
             solved.result_index,
-            _solver_failure_messages(name, dae),
+            _solver_failure_messages(name, dae, integrator),
         )
     )
     checks.append(
@@ -655,17 +679,17 @@ def _failure_checks(model, solved: Solved):
     return checks
 
 
-def raise_if_failed(model, x, solved: Solved):
+def raise_if_failed(model, x, solved: Solved, integrator=None):
     """Raise a clear message when the solve failed (compiled in: `eqx.error_if`)."""
-    for pred, index, msgs in _failure_checks(model, solved):
+    for pred, index, msgs in _failure_checks(model, solved, integrator):
         x = eqx.branched_error_if(x, pred, index, msgs)
     return x
 
 
-def failure_message(model, solved: Solved) -> str | None:
+def failure_message(model, solved: Solved, integrator=None) -> str | None:
     """The same message on the host, from a concrete status (or `None`)."""
     solved = jax.tree.map(np.asarray, solved)  # NumPy: no small programs to compile
-    for pred, index, msgs in _failure_checks(model, solved):
+    for pred, index, msgs in _failure_checks(model, solved, integrator):
         if bool(pred):
             return msgs[int(index)]
     return None
@@ -681,7 +705,7 @@ def _simulate(model, theta, times, integrator, throw):
     solved = solve(model, theta, times, integrator, diffrax.RecursiveCheckpointAdjoint())
     ys = solved.ys
     if throw:  # (False, or the error mode: `run_kernel`)
-        ys = raise_if_failed(model, ys, solved)
+        ys = raise_if_failed(model, ys, solved, integrator)
     traj = Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
     return traj, status(solved)
 
@@ -726,6 +750,6 @@ def simulate(
         times,
         integrator,
         throw=throw,
-        message=lambda out: failure_message(model, out[1]),
+        message=lambda out: failure_message(model, out[1], integrator),
     )
     return traj
