@@ -294,14 +294,7 @@ def analyze(
     **Returns:** a `Report`.
     """
     problem, noise_model = _as_problem(target, sigma)
-    if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold > 0):
-        raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
-    if generic is not None and not isinstance(generic, bool):
-        raise ValueError(f"generic must be True, False or None, got {generic!r}.")
-    if isinstance(generic_points, bool) or not (
-        isinstance(generic_points, (int, np.integer)) and generic_points >= 1
-    ):
-        raise ValueError(f"generic_points must be a positive integer, got {generic_points!r}.")
+    _check_arguments(threshold, generic, generic_points)
     th = np.asarray(check_theta(problem, theta), dtype=float)
     names = problem.parameters.names
     p = len(names)
@@ -319,13 +312,7 @@ def analyze(
     margin = float(s[k - 1] / s[k]) if 0 < k < p_effect and s[k] > 0 else math.inf
     near, near_msg = near_threshold(rule, s, S.shape)
     if near:
-        warnings.warn(
-            f"analyze: the numerical rank is close to the threshold ({near_msg}); a change "
-            "of the tolerance or more accurate sensitivities (integrator=ji.Integrator(..., "
-            "rtol=...)) may change the decision.",
-            NearThresholdWarning,
-            stacklevel=2,
-        )
+        _warn_near(near_msg)
     circuits, undecided = dependent_sets(dep, undecided=decided.near)
     zero_column, member = np.asarray(dep.no_effect), np.asarray(dep.dependent)
     no_effect = zero_column & ~undecided
@@ -385,6 +372,27 @@ def analyze(
     )
 
 
+def _check_arguments(threshold, generic, generic_points) -> None:
+    if isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and threshold > 0):
+        raise ValueError(f"threshold must be a positive number of decades, got {threshold!r}.")
+    if generic is not None and not isinstance(generic, bool):
+        raise ValueError(f"generic must be True, False or None, got {generic!r}.")
+    if isinstance(generic_points, bool) or not (
+        isinstance(generic_points, (int, np.integer)) and generic_points >= 1
+    ):
+        raise ValueError(f"generic_points must be a positive integer, got {generic_points!r}.")
+
+
+def _warn_near(near_msg: str) -> None:
+    warnings.warn(
+        f"analyze: the numerical rank is close to the threshold ({near_msg}); a change "
+        "of the tolerance or more accurate sensitivities (integrator=ji.Integrator(..., "
+        "rtol=...)) may change the decision.",
+        NearThresholdWarning,
+        stacklevel=3,
+    )
+
+
 class _Structure(NamedTuple):
     groups: list  # structural groups, then weak ones (`Group.structural`)
     weak: np.ndarray  # the weakly identifiable parameters
@@ -398,9 +406,9 @@ def _structure(problem, th, base, decided, noise_model, circuits, undecided, gen
     """Every null direction of the decisions at `th`, structural or weak
     (`_structure` module): exact ones (at rounding level, and a scaling symmetry at a
     second point) are structural; for the rest the sensitivities are solved `FINER` times
-    more accurately and decided again just above every small value that is not a real
-    effect (`Finer`): what resolves there is weak, what is still null is checked over a
-    Latin-hypercube sample of the box (null at every point: structural)."""
+    more accurately and decided again 10 times above every small value that is not a
+    real effect (`Finer.threshold`): what resolves there is weak, what is still null is
+    checked over a Latin-hypercube sample of the box (null at every point: structural)."""
     names, p = problem.parameters.names, problem.parameters.p
     dep, rule = decided.selection.dependence, decided.rule
     plu, log_ok = _per_log_unit(problem, th)
