@@ -24,8 +24,10 @@ basis an SVD returns (only index sets enter). Then:
    a group a scaling symmetry (its null directions on the log scale null at a second
    point too): structural, without further solves.
 2. Otherwise a close call: the sensitivities are solved at `rtol / 100` (never below
-   1e-13; the decisions' own re-solve where they took one) and decided again at 10
-   times their accuracy: a direction resolved there is a real effect: **weak**.
+   1e-13; the decisions' own re-solve where they took one) and decided again 10 times
+   above every small value not shown real (`Finer`: a value is real above 10 times the
+   finer solve's accuracy, or where it stays the same in both solves while the matrix
+   moved more than it): a direction resolved there is a real effect: **weak**.
 3. Otherwise **generic**: at every point of a Latin-hypercube sample of the box (8
    points; each solved at the analysis' tolerances, the same rank rule with the same
    units), are the directions still there (`count` singular values of its columns at or
