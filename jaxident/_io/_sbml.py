@@ -118,8 +118,10 @@ class SBMLModel(ODEModel):
     in dependency order), `observables` and `observable_ids` (the outputs; default:
     every state).
 
-    An imported model integrates with a stiff solver by default, at rtol 1e-8 and atol
-    1e-10: biochemical networks usually are stiff. A network of fewer than 40 states
+    An imported model integrates with a stiff solver by default, at rtol 1e-8 and an
+    absolute tolerance of 1e-10 times each state's size (`ji.Integrator`'s default
+    `atol`: a model in nanomolar is solved as accurately as one in molar): biochemical
+    networks usually are stiff. A network of fewer than 40 states
     takes `ji.Rodas4()` (a Rosenbrock method: no Newton iteration, cheapest for small
     systems and in vmapped sweeps); a larger one `ji.BDF()` (variable order, its
     Jacobian and factorization kept across steps, the Jacobian by groups of columns
@@ -354,8 +356,8 @@ def _of_state(names, state_ids, rules, exprs, grouped: bool = True):
 # E. coli's 18 states and the shipped PEtab problems' 4-15 are faster with Rodas4 in
 # vmapped sweeps, SalazarCavazos' 75 with BDF in every use
 LARGE_NETWORK = 40
-_SMALL = Integrator(Rodas4(), rtol=1e-8, atol=1e-10)
-_LARGE = Integrator(BDF(), rtol=1e-8, atol=1e-10)
+_SMALL = Integrator(Rodas4(), rtol=1e-8)  # (atol: 1e-10 times each state's size)
+_LARGE = Integrator(BDF(), rtol=1e-8)
 
 
 def _template(core: sp.Expr) -> tuple[sp.Expr, tuple[str, ...]]:

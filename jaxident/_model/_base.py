@@ -75,7 +75,10 @@ class Integrator(eqx.Module):
       for small and medium systems, with sensitivities) or `diffrax.Kvaerno5()`.
     - `rtol`, `atol`: tolerances of the PID step-size controller. With the default
       `sensitivity=SensitivityEquations()` the sensitivities are in the error test too,
-      so they are accurate to a few times `rtol` (see `Sensitivity.accuracy`).
+      so they are accurate to a few times `rtol` (see `Sensitivity.accuracy`). `atol`
+      `None` (default): `rtol / 100` times each state's size (`state_scale`: its initial
+      value, never above 1), so that a model in nanomoles is solved as accurately as the
+      same model in moles; a number: that absolute tolerance for every state.
     - `max_steps`: the step cap; reaching it is an error (or a failure flag in a sweep).
     - `sensitivity`: `SensitivityEquations()` (default: error-controlled sensitivities),
       `SensitivityEquations(error_control=False)` (on the state's own steps) or
@@ -93,7 +96,7 @@ class Integrator(eqx.Module):
 
     solver: diffrax.AbstractSolver = diffrax.Tsit5()
     rtol: float = 1e-8
-    atol: float = 1e-10
+    atol: float | None = None
     max_steps: int = 100_000
     dt0: float | None = None
     algebraic_rtol: float = 1e-12
@@ -103,7 +106,8 @@ class Integrator(eqx.Module):
 
     def __check_init__(self):
         # (a re-solve at other tolerances sets them as arrays, concrete here)
-        rtol, atol = (float(np.max(np.asarray(x))) for x in (self.rtol, self.atol))
+        rtol = float(np.max(np.asarray(self.rtol)))
+        atol = 0.0 if self.atol is None else float(np.max(np.asarray(self.atol)))
         if not (math.isfinite(rtol) and 0 < rtol < 1):
             raise ValueError(f"rtol must lie in (0, 1), got {self.rtol}.")
         if not (math.isfinite(atol) and atol >= 0):
@@ -124,17 +128,40 @@ class Integrator(eqx.Module):
             )
 
     def controller(
-        self, jump_ts=None, step_ts=None, times=None, norm=optx.rms_norm
+        self, jump_ts=None, step_ts=None, times=None, norm=optx.rms_norm, scale=None
     ) -> diffrax.AbstractStepSizeController:
         """The step-size controller; `times` (the observation times) become step ends
         for a solver whose dense output is less accurate than its steps (`ji.Rodas4`);
-        `norm` measures the scaled error estimate (a pytree like the state)."""
+        `norm` measures the scaled error estimate (a pytree like the state); `scale`
+        (a pytree like the state, `state_scale`) makes the default absolute tolerance
+        relative to each state's size (`StateScaled`; a given `atol` is absolute)."""
         if times is not None and getattr(self.solver, "steps_onto_outputs", False):
             step_ts = times if step_ts is None else jnp.concatenate([step_ts, times])
         pid = diffrax.PIDController(
-            rtol=self.rtol, atol=self.atol, norm=norm, jump_ts=jump_ts, step_ts=step_ts
+            rtol=self.rtol, atol=self.absolute, norm=norm, jump_ts=jump_ts, step_ts=step_ts
         )
-        return NonfiniteGuard(pid)
+        scaled = scale is not None and self.atol is None
+        return NonfiniteGuard(StateScaled(pid, scale) if scaled else pid)
+
+    @property
+    def absolute(self):
+        """The absolute tolerance the controller starts from: `atol`, or `rtol / 100`
+        (then times each state's size, `controller(scale=...)`)."""
+        return 1e-2 * self.rtol if self.atol is None else self.atol
+
+
+def state_scale(x0) -> Array:
+    """Each state's size for the absolute tolerance, from its initial value: `|x0_i|`,
+    for a state that starts at 0 the smallest nonzero `|x0_j|` (1 where all are 0), and
+    never above 1 (at and above unit size `rtol |x|` governs the error test anyway, and
+    the tolerance stays what it was). A model in nanomoles (`x0` 2e-9) so gets an
+    absolute tolerance of `atol * 2e-9`, as a modeller would set it; one in units of
+    order 1 keeps `atol`. Held constant (no derivative)."""
+    a = jnp.abs(jnp.asarray(x0))
+    nonzero = a > 0
+    smallest = jnp.min(jnp.where(nonzero, a, jnp.inf)) if a.size else jnp.asarray(1.0)
+    smallest = jnp.where(jnp.isfinite(smallest), smallest, 1.0)
+    return jax.lax.stop_gradient(jnp.minimum(jnp.where(nonzero, a, smallest), 1.0))
 
 
 class AbstractControllerWrapper(diffrax.AbstractAdaptiveStepSizeController):
@@ -153,6 +180,38 @@ class AbstractControllerWrapper(diffrax.AbstractAdaptiveStepSizeController):
     @property
     def norm(self):
         return self.inner.norm
+
+
+def _divided(tree, scale):
+    return jax.tree.map(lambda y, s: y / s, tree, scale)
+
+
+class StateScaled(AbstractControllerWrapper):
+    """Hands the inner (PID) controller the state, the candidate and the error
+    estimate divided by each state's size `scale` (a pytree like the state: `s` for the
+    states, `s[:, None]` for their tangents), so that its error test
+    `e / (atol + rtol |y|)` becomes `e / (atol s + rtol |y|)`: an absolute tolerance
+    per state, relative to its size, without touching the solver."""
+
+    inner: diffrax.AbstractAdaptiveStepSizeController
+    scale: PyTree
+
+    def wrap(self, direction):
+        return StateScaled(self.inner.wrap(direction), self.scale)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        scale = self.scale
+
+        def scaled(terms_, t, y, args_):
+            return _divided(func(terms_, t, jax.tree.map(jnp.multiply, y, scale), args_), scale)
+
+        return self.inner.init(terms, t0, t1, _divided(y0, scale), dt0, args, scaled, error_order)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        return self.inner.adapt_step_size(
+            t0, t1, _divided(y0, self.scale), _divided(y1_candidate, self.scale), args,
+            _divided(y_error, self.scale), error_order, state,
+        )  # fmt: skip
 
 
 class NonfiniteGuard(AbstractControllerWrapper):

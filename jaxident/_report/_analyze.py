@@ -136,6 +136,8 @@ def _tolerances(integrator, factor: float = 1.0):
     that a re-solve at other tolerances reuses its compilation), `factor` times tighter
     (rtol never below 1e-13)."""
     rtol = max(float(integrator.rtol) / factor, 1e-13)
+    if integrator.atol is None:  # (relative to each state's size, from rtol)
+        return eqx.tree_at(lambda i: i.rtol, integrator, jnp.asarray(rtol, dtype=float))
     atol = float(integrator.atol) * rtol / float(integrator.rtol)
     as_array = (jnp.asarray(rtol, dtype=float), jnp.asarray(atol, dtype=float))
     return eqx.tree_at(lambda i: (i.rtol, i.atol), integrator, as_array)

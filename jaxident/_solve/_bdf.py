@@ -33,6 +33,7 @@ import optimistix as optx
 from jax.flatten_util import ravel_pytree
 
 from .._linalg._sparse_lu import sparse_lu_factor, sparse_lu_solve, SparseLUPlan
+from .._model._base import StateScaled
 from ._rosenbrock import _product, Rodas4
 
 
@@ -158,6 +159,10 @@ class BDF(diffrax.AbstractAdaptiveSolver):
         `t1`, as a `SpanSolution`. `controller` gives the tolerances, the error norm
         and the times the steps must not cross (`jump_ts`: each restarts the method)."""
         rtol, atol, norm, jump_ts = _tolerances(controller)
+        scale = _state_scale(controller)
+        if scale is not None:  # an absolute tolerance per state, flat as `u`
+            per = jax.tree.map(lambda s, y: atol * jnp.broadcast_to(s, y.shape), scale, y0)
+            atol = ravel_pytree(per)[0]
         return _bdf_span(self, field, t0, t1, y0, ts, args, rtol, atol, norm, jump_ts,
                          max_steps, dt0)  # fmt: skip
 
@@ -229,6 +234,16 @@ def _tolerances(controller):
     while hasattr(inner, "inner"):
         inner = inner.inner
     return controller.rtol, controller.atol, controller.norm, getattr(inner, "jump_ts", None)
+
+
+def _state_scale(controller):
+    """The per-state sizes of a `StateScaled` in the controller's chain, or `None`."""
+    inner = controller
+    while inner is not None:
+        if isinstance(inner, StateScaled):
+            return inner.scale
+        inner = getattr(inner, "inner", None)
+    return None
 
 
 def _rescaled(D, k, factor):
@@ -424,14 +439,15 @@ def _staggered_corrector(field, state_field, args, n, p, rtol, atol, tol, plan, 
     are not formed."""
     dtype = u_pred.dtype
     z_pred, Z_pred = u_pred[:n], u_pred[n:]
-    scale_z = atol + rtol * jnp.abs(z_pred)
+    atol = jnp.broadcast_to(atol, u_pred.shape)  # (per state, or one for all)
+    scale_z = atol[:n] + rtol * jnp.abs(z_pred)
     solve_z = functools.partial(_lu_solve, plan, lu)
     residual_z = lambda z: state_field(t, z, args).astype(dtype)  # noqa: E731
     z, dz, conv_z, it_z, crate = _iterate(residual_z, solve_z, optx.rms_norm, scale_z,
                                           z_pred, psi[:n], c, shrink, tol, crate)  # fmt: skip
 
     def tangents(_):
-        scale_Z = (atol + rtol * jnp.abs(Z_pred)).reshape(n, p)
+        scale_Z = (atol[n:] + rtol * jnp.abs(Z_pred)).reshape(n, p)
 
         def full_Z(Z):
             return field(t, (z, Z.reshape(n, p)), args)[1].reshape(-1).astype(dtype)

@@ -41,6 +41,7 @@ from .._model._base import (
     AlgebraicModel,
     DAEModel,
     Integrator,
+    state_scale,
 )
 from .._model._dae import algebraic_solve
 from .._model._nonsmooth import ld_jvp, record_switches
@@ -216,20 +217,22 @@ def _controller(model, integrator, th, f, z0, theta, times, active):
     jumps = switching_times(model, th)
     control = integrator.sensitivity.error_control
     norm = _rms_norm(active) if control else _state_norm
+    s = state_scale(z0)
+    scale = (s, s[:, None])  # (the state, its tangents: in the state's units)
     if isinstance(model, DAEModel):
         # kinks in the Newton solve: not located
-        return integrator.controller(jumps, times=times, norm=norm)
+        return integrator.controller(jumps, times=times, norm=norm, scale=scale)
     with record_switches() as found:
         f(jnp.asarray(model.t0, z0.dtype), z0, theta)
     if not found:
-        return integrator.controller(jumps, times=times, norm=norm)
+        return integrator.controller(jumps, times=times, norm=norm, scale=scale)
     if isinstance(integrator.solver, BDF):
         raise ValueError(
             "ji.BDF needs a right-hand side that is differentiable in the state; this model "
             "uses nabs/nmax/nmin/nmid, whose kinks an ESDIRK method with switch location "
             "steps onto: use ji.Integrator(diffrax.Kvaerno5(), ...)."
         )
-    inner = integrator.controller(jumps, times, norm=norm)
+    inner = integrator.controller(jumps, times, norm=norm, scale=scale)
     if not isinstance(inner, diffrax.AbstractAdaptiveStepSizeController):
         return inner
 

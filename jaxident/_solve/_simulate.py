@@ -13,7 +13,14 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, PyTree
 
-from .._model._base import AbstractModel, AlgebraicModel, DAEModel, Integrator, ODEModel
+from .._model._base import (
+    AbstractModel,
+    AlgebraicModel,
+    DAEModel,
+    Integrator,
+    ODEModel,
+    state_scale,
+)
 from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
@@ -588,8 +595,10 @@ def solve(
 
     solver = with_sparsity(integrator.solver, model.jacobian_sparsity())
 
+    scale = jax.tree.map(state_scale, y0)
+
     def run(t0, t1, y_start, ts, event):
-        controller = integrator.controller(jumps, times=ts)
+        controller = integrator.controller(jumps, times=ts, scale=scale)
         return integrate(integrator, term, solver, t0, t1, y_start, ts, th, controller,
                          adjoint, event)  # fmt: skip
 

@@ -87,9 +87,11 @@ def _solve_to_steady_state(model, integrator, theta, x0):
             y0=x0,
             args=theta,
             saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=integrator.rtol, atol=integrator.atol),
+            stepsize_controller=diffrax.PIDController(
+                rtol=integrator.rtol, atol=integrator.absolute
+            ),
             event=diffrax.Event(
-                diffrax.steady_state_event(rtol=integrator.rtol, atol=integrator.atol)
+                diffrax.steady_state_event(rtol=integrator.rtol, atol=integrator.absolute)
             ),
             max_steps=integrator.max_steps,
             throw=False,

@@ -165,7 +165,8 @@ def test_fit_in_chunks_takes_the_steps_of_one_kernel():
     # it: 15 steps (6 without updates); an engine that judged staleness by the Jacobian
     # after the step, not the one the step was made on, refused every stop and took 29
     assert int(one.steps) <= 20
-    np.testing.assert_allclose(chunked.theta, one.theta, rtol=1e-10)
+    # (two programs, each rounding its own way: the same steps, the estimates to 1e-9)
+    np.testing.assert_allclose(chunked.theta, one.theta, rtol=1e-9)
     np.testing.assert_allclose(chunked.cost, one.cost, rtol=1e-12)
     steps = [k for k, _ in seen]
     assert steps == sorted(steps) and steps[-1] == int(one.steps) and len(seen) > 1

@@ -195,3 +195,48 @@ def test_a_species_reference_without_stoichiometry_is_one(tmp_path):
     t = np.array([0.5, 1.0, 2.0])
     np.testing.assert_allclose(ys[:, 0], np.exp(-0.7 * t), rtol=1e-6)
     np.testing.assert_allclose(ys[:, 1], 1 - np.exp(-0.7 * t), rtol=1e-6)
+
+
+@pytest.mark.parametrize("unit", [1.0, 1e-9])
+def test_a_network_in_nanomolar_is_solved_as_accurately_as_in_molar(tmp_path, unit):
+    """A + B -> C (k A B) with every concentration in molar (1) or nanomolar (1e-9) of
+    the same amounts, and k in the inverse unit: the default absolute tolerance of 1e-10
+    left the nanomolar network 1e-3 off; relative to each species' size now, both match
+    libroadrunner (rtol 1e-12) within the claimed accuracy, outputs and sensitivities."""
+    import libsbml
+
+    doc = libsbml.SBMLDocument(3, 1)
+    m = doc.createModel()
+    m.setId("binding")
+    c = m.createCompartment()
+    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
+    for sid, x0 in (("X", 2.0 * unit), ("Y", 1.0 * unit), ("C", 0.0)):
+        s = m.createSpecies()
+        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(x0)
+        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
+    p = m.createParameter()
+    p.setId("k"), p.setValue(0.7 / unit), p.setConstant(True)
+    r = m.createReaction()
+    r.setId("binding"), r.setReversible(False), r.setFast(False)
+    for make, sid in ((r.createReactant, "X"), (r.createReactant, "Y"), (r.createProduct, "C")):
+        ref = make()
+        ref.setSpecies(sid), ref.setConstant(True), ref.setStoichiometry(1.0)
+    r.createKineticLaw().setMath(libsbml.parseL3Formula("cell * k * X * Y"))
+    path = tmp_path / "binding.xml"
+    libsbml.writeSBMLToFile(doc, str(path))
+    model = ji.sbml_model(path, times=TIMES)
+    ys = np.asarray(ji.simulate(model).ys)
+    sens = ji.sensitivity(model)
+    # closed form: X - Y = unit stays; Y' = -k Y (Y + unit)
+    kk = 0.7 / unit
+    Y = unit * np.exp(-kk * unit * TIMES) / (2 - np.exp(-kk * unit * TIMES))
+    want = np.stack([Y + unit, Y, unit - Y], axis=1)
+    names = list(model.output_names) if getattr(model, "output_names", None) else ["X", "Y", "C"]
+    got = np.stack([ys[:, names.index(n)] for n in ("X", "Y", "C")], axis=1)
+    assert np.abs(got - want).max() / unit <= sens.accuracy
+    rr = roadrunner.RoadRunner(str(path))
+    rr.integrator.relative_tolerance = 1e-12
+    rr.integrator.absolute_tolerance = 1e-14 * unit
+    grid = np.concatenate([[0.0], TIMES])
+    ref = np.asarray(rr.simulate(times=list(grid), selections=["X", "Y", "C"]))[1:]
+    assert np.abs(got - ref).max() / unit <= sens.accuracy
