@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from .._runtime._files import arrays_hash, write_atomic
+from .._runtime._files import arrays_hash, plain, strict_json, write_atomic
 
 
 _KIND = "jaxident multi-start"
@@ -84,7 +84,9 @@ class KeptFits:
                 f = json.loads(line)
                 if not isinstance(f, dict) or f.get("sha256") != _checksum(f):
                     raise ValueError(f"the checksum of line {k} fails: it was edited")
-                rows[int(f["i"])] = (np.asarray(f["theta"], float), float(f["nll"]),
+                # (null: NaN, "inf": a failed fit's -log L, as `strict_json` writes them)
+                nll = float(np.asarray(f["nll"], float))
+                rows[int(f["i"])] = (np.asarray(f["theta"], float), nll,
                                      int(f["steps"]), int(f["result"]),
                                      np.asarray(f["at_bound"], bool))  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -106,11 +108,10 @@ class KeptFits:
         """Add the fits `rows` (the file, with its header, is made by the first)."""
         lines = []
         for i, r in sorted(rows.items()):
-            theta = [float(v) if np.isfinite(v) else None for v in r[0]]  # NaN: null
-            record = {"i": int(i), "theta": theta, "nll": _number(r[1]),
-                      "steps": r[2], "result": r[3], "at_bound": r[4].tolist()}  # fmt: skip
+            record = plain({"i": i, "theta": r[0], "nll": r[1], "steps": r[2],
+                            "result": r[3], "at_bound": r[4]})  # fmt: skip
             record["sha256"] = _checksum(record)
-            lines.append(json.dumps(record, allow_nan=False))
+            lines.append(strict_json(record))
         text = "\n".join(lines) + "\n"
         if not self.path.exists():
             header = {"kind": _KIND, "format": _FORMAT, "fingerprint": self.key, "starts": self.n}
@@ -120,12 +121,6 @@ class KeptFits:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-
-
-def _number(x: float):
-    """A -log L for JSON: a failed fit's inf as "inf" (strict JSON has no Infinity)."""
-    x = float(x)
-    return x if np.isfinite(x) else ("inf" if x > 0 else "nan")
 
 
 def row(out, r: int) -> tuple:

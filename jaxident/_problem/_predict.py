@@ -286,23 +286,21 @@ def predict(
     sigma = np.asarray(out.sigma)
     bad_sigma = np.asarray(problem.observed) & ~(sigma > 0)
     if ok.all() and bad_sigma.any():
-        e, i, o = (int(v[0]) for v in np.nonzero(bad_sigma))
+        (e, i, o), where = _first(problem, bad_sigma)
         raise ValueError(
             f"The noise model gives sigma = {float(sigma[e, i, o]):g} for "
-            f"{problem.output_names[o]!r} at t = {float(problem.times[e, i]):g} in experiment "
-            f"{problem.experiment_names[e]!r}: a standard deviation must be positive (check "
-            "the noise formula and its parameters)."
+            f"{problem.output_names[o]!r} {where}: a standard deviation must be positive "
+            "(check the noise formula and its parameters)."
         )
     pred = np.asarray(out.outputs)
     logs = np.asarray([t != Scale.lin for t in problem.transforms])
     bad_log = np.asarray(problem.observed) & logs & ~(pred > 0)
     if ok.all() and bad_log.any():
-        e, i, o = (int(v[0]) for v in np.nonzero(bad_log))
+        (e, i, o), where = _first(problem, bad_log)
         raise ValueError(
             f"The observable {problem.output_names[o]!r} is compared on a "
-            f"{problem.transforms[o]} scale, but the model gives {float(pred[e, i, o]):g} at "
-            f"t = {float(problem.times[e, i]):g} in experiment "
-            f"{problem.experiment_names[e]!r}: a logarithm of a value that is not positive "
+            f"{problem.transforms[o]} scale, but the model gives {float(pred[e, i, o]):g} "
+            f"{where}: a logarithm of a value that is not positive "
             "(the log-likelihood would be NaN). Check the observable's formula and its "
             "parameters (an offset, a scaling) there."
         )
@@ -330,6 +328,14 @@ def predict(
             f"{_why_failed(problem, theta, integrator, first)}"
         )
     return out
+
+
+def _first(problem: Problem, mask: np.ndarray) -> tuple[tuple[int, int, int], str]:
+    """The first `(experiment, time, output)` index where `mask` holds, and where that
+    is in words ("at t = 2.5 in experiment 'e1'")."""
+    e, i, o = (int(v[0]) for v in np.nonzero(mask))
+    where = f"at t = {float(problem.times[e, i]):g} in experiment {problem.experiment_names[e]!r}"
+    return (e, i, o), where
 
 
 def _why_failed(problem: Problem, theta: Array, integrator: Integrator, e: int) -> str:

@@ -52,6 +52,7 @@ from ._structure import (
     generic_check,
     generic_evidence,
     measure,
+    measured,
     POINTS,
     size,
 )
@@ -360,7 +361,7 @@ def analyze(
         no_effect=tuple(n for n, z in zip(names, no_effect & ~weak) if z),
         undecided=tuple(n for n, u in zip(names, undecided) if u),
         units=units,
-        accuracy=decided.accuracy,
+        accuracy=decided.first.accuracy,
         resolved_rtol=decided.resolved,
         distance=np.asarray(dep.distance) / float(dep.threshold)
         if float(dep.threshold) > 0
@@ -419,7 +420,8 @@ def _structure(problem, th, base, decided, noise_model, circuits, undecided, gen
     out = (np.asarray(dep.dependent) & ~undecided) | zero  # non-identifiable at the threshold
     found = _groups(problem, th, base, rule, circuits, np.asarray(dep.scale), plu, log_ok)
     groups, dirs, sym = _with_no_effect(names, zero, *found)
-    here = measure(_weighted(problem, decided.sens, noise_model), rule, units)
+    S_here = _weighted(problem, decided.sens, noise_model)
+    here = measure(S_here, rule, units)
     exact = [size(here, d) <= here.rounding and s for d, s in zip(dirs, sym)]
     checked = {"finer": None, "points": (0, 0)}
     if generic is False or (generic is None and all(exact)):
@@ -428,15 +430,15 @@ def _structure(problem, th, base, decided, noise_model, circuits, undecided, gen
         return _assembled(names, out, undecided, groups, dirs, verdicts, [], checked, 0, plu)
     matrix = _matrix_at(problem, th, base, noise_model)
     if decided.resolved is not None and decided.resolved > 0:  # already solved finer
-        S_r = _weighted(problem, decided.sens, noise_model)
-        fine = (S_r, units, float(decided.sens.accuracy), float(decided.resolved))
+        fine = (S_here, units, float(decided.sens.accuracy), float(decided.resolved))
+        first = measure(_weighted(problem, decided.first, noise_model), rule, units)
     else:
-        fine = matrix(None, FINER)
+        fine, first = matrix(None, FINER), here
     weak_groups = []
     if fine is not None:  # decided again where the finer solve shows real effects
         S_f, _, acc, checked["finer"] = fine
-        first = measure(_weighted(problem, decided.first, noise_model), rule, units)
-        finer = Finer(first, measure(S_f, rule, units), acc, float(base.rtol), checked["finer"])
+        fine_m = here if S_f is S_here else measure(S_f, rule, units)
+        finer = Finer(first, fine_m, acc, float(base.rtol), checked["finer"])
         frule = RelativeTolerance(accuracy=finer.threshold())
         fdep = dependence(jnp.asarray(S_f), frule, units=jnp.asarray(units))
         fcirc, fund = dependent_sets(fdep)
@@ -452,7 +454,7 @@ def _structure(problem, th, base, decided, noise_model, circuits, undecided, gen
             if real:
                 weak_groups.append((_part(g, real), size(finer.fine, d), finer.why(d)))
         groups, dirs, sym = fgroups, fdirs, fsym
-        here = measure(S_f, frule, units)
+        here = measured(fdep, S_f)
         exact = [size(here, d) <= here.rounding and s for d, s in zip(dirs, sym)]
     check = [i for i, e in enumerate(exact) if generic or not e]
     lo, up = box(problem.parameters.lower, problem.parameters.upper, th, problem.scales)
@@ -538,7 +540,7 @@ def _weighted(problem, sens, noise_model) -> np.ndarray:
 
 
 def _matrix_at(problem, th, base, noise_model):
-    """`matrix(theta, factor)` for `_structure.classify`: the weighted sensitivities at
+    """`matrix(theta, factor)` for `_structure.generic_check`: the weighted sensitivities at
     `theta` (`th` where `None`) solved `factor` times more accurately than `base`, the
     estimation units there, their accuracy and rtol; `None` where the solve fails."""
 
@@ -583,17 +585,15 @@ class _Decided(NamedTuple):
     selection: Selection  # its `dependence` holds every decision
     resolved: float | None  # the re-solve's rtol (negative: it failed); None: none
     near: np.ndarray  # the decisions still within reach of their threshold
-    accuracy: float | None  # the first solve's accuracy
-    first: Sensitivity  # the first solve (the same as `sens` where no re-solve was taken)
+    first: Sensitivity  # the first solve (`sens` itself where no re-solve was taken)
 
 
 def _decisions(problem, th, base, rank, method, noise_model) -> _Decided:
     """Every decision at `th`, taken again on sensitivities solved 100 times more
     accurately where one is within reach of its threshold."""
     sens, rule, sel = _decide(problem, th, base, rank, method, noise_model)
-    first = sens.accuracy
-    if not (np.any(np.asarray(sel.dependence.near)) and first is not None):
-        return _Decided(sens, rule, sel, None, np.asarray(sel.dependence.near), first, sens)
+    if not (np.any(np.asarray(sel.dependence.near)) and sens.accuracy is not None):
+        return _Decided(sens, rule, sel, None, np.asarray(sel.dependence.near), sens)
     # the same threshold (the question asked), on sensitivities with more digits: a
     # quantity that was near it because of the solver's error moves away from it; one
     # that is truly of its size stays near it (undecided)
@@ -601,10 +601,10 @@ def _decisions(problem, th, base, rank, method, noise_model) -> _Decided:
     again = _decide(problem, th, finer, rule, method, noise_model, throw=False)
     if again is None:  # the finer solve failed: the first decisions stand
         near = np.asarray(sel.dependence.near)
-        return _Decided(sens, rule, sel, -float(finer.rtol), near, first, sens)
-    solved, (sens, rule, sel) = sens, again
+        return _Decided(sens, rule, sel, -float(finer.rtol), near, sens)
+    first, (sens, rule, sel) = sens, again
     near = np.asarray(near_at_accuracy(sel.dependence, sens.accuracy))
-    return _Decided(sens, rule, sel, float(finer.rtol), near, first, solved)
+    return _Decided(sens, rule, sel, float(finer.rtol), near, first)
 
 
 def _per_log_unit(problem, th):

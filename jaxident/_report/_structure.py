@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._linalg._dependence import dependence
+from .._linalg._dependence import Dependence, dependence
 from .._linalg._rank import AbstractRankRule
 from .._model._sampling import latin_hypercube
 
@@ -84,7 +84,11 @@ class Measured(NamedTuple):
 
 def measure(S: np.ndarray, rule: AbstractRankRule, units: np.ndarray) -> Measured:
     """The rank rule's decisions on `S` (rows weighted) as a `Measured`."""
-    dep = dependence(jnp.asarray(S), rule, units=jnp.asarray(units))
+    return measured(dependence(jnp.asarray(S), rule, units=jnp.asarray(units)), S)
+
+
+def measured(dep: Dependence, S: np.ndarray) -> Measured:
+    """`ji.linalg.dependence`'s decisions `dep` on `S` as a `Measured`."""
     s1 = float(dep.singular_values[0])
     top = float(np.max(np.asarray(dep.norms)))
     scale, no_effect = np.asarray(dep.scale), np.asarray(dep.no_effect)

@@ -54,16 +54,17 @@ def strict_json(obj, **kwargs) -> str:
     infinities as the strings "inf" / "-inf", as every number of the reports is
     written; NumPy scalars and arrays as plain numbers and lists. Raises on anything
     else that JSON cannot hold."""
-    return json.dumps(_plain(obj), allow_nan=False, **kwargs)
+    return json.dumps(plain(obj), allow_nan=False, **kwargs)
 
 
-def _plain(x):
+def plain(x):
+    """`x` with what strict JSON cannot hold replaced as `strict_json` writes it."""
     if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
+        return {k: plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return [plain(v) for v in x]
     if isinstance(x, np.ndarray):
-        return _plain(x.tolist())
+        return plain(x.tolist())
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
     if isinstance(x, (int, np.integer)):

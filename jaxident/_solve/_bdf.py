@@ -158,8 +158,7 @@ class BDF(diffrax.AbstractAdaptiveSolver):
         """Integrate `y' = field(t, y, args)` from `t0` to `t1`: the state at `ts` and at
         `t1`, as a `SpanSolution`. `controller` gives the tolerances, the error norm
         and the times the steps must not cross (`jump_ts`: each restarts the method)."""
-        rtol, atol, norm, jump_ts = _tolerances(controller)
-        scale = _state_scale(controller)
+        rtol, atol, norm, jump_ts, scale = _tolerances(controller)
         if scale is not None:  # an absolute tolerance per state, flat as `u`
             per = jax.tree.map(lambda s, y: atol * jnp.broadcast_to(s, y.shape), scale, y0)
             atol = ravel_pytree(per)[0]
@@ -229,21 +228,15 @@ def _jacobian(fun, x, coloring: "_Coloring | None"):
 
 
 def _tolerances(controller):
-    """`(rtol, atol, norm, jump_ts)` of a (wrapped) PID controller."""
-    inner = controller
+    """`(rtol, atol, norm, jump_ts, scale)` of a (wrapped) PID controller: `scale` the
+    per-state sizes of a `StateScaled` in its chain (else `None`)."""
+    inner, scale = controller, None
     while hasattr(inner, "inner"):
-        inner = inner.inner
-    return controller.rtol, controller.atol, controller.norm, getattr(inner, "jump_ts", None)
-
-
-def _state_scale(controller):
-    """The per-state sizes of a `StateScaled` in the controller's chain, or `None`."""
-    inner = controller
-    while inner is not None:
         if isinstance(inner, StateScaled):
-            return inner.scale
-        inner = getattr(inner, "inner", None)
-    return None
+            scale = inner.scale
+        inner = inner.inner
+    jump_ts = getattr(inner, "jump_ts", None)
+    return controller.rtol, controller.atol, controller.norm, jump_ts, scale
 
 
 def _rescaled(D, k, factor):

@@ -12,21 +12,30 @@ roadrunner = pytest.importorskip("roadrunner")
 libsbml = pytest.importorskip("libsbml")
 
 
+def _network(model_id, species, parameters):
+    """An SBML Level 3 document with one compartment `cell` of size 1, the `species`
+    (`{id: initial concentration}`) and constant `parameters` (`{id: value}`):
+    `(document, model)`, for the reactions and events to be added."""
+    doc = libsbml.SBMLDocument(3, 1)
+    m = doc.createModel()
+    m.setId(model_id)
+    c = m.createCompartment()
+    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
+    for sid, x0 in species.items():
+        s = m.createSpecies()
+        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(x0)
+        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
+    for pid, v in parameters.items():
+        p = m.createParameter()
+        p.setId(pid), p.setValue(v), p.setConstant(True)
+    return doc, m
+
+
 def _events_sbml(path, events):
     """`X' = -k X` (`X(0) = 1`, `k = 0.1`) and a state `Y = 0` that only events change,
     with `events`: `(id, trigger, [(variable, formula)], priority or None,
     initialValue, useValuesFromTriggerTime)` each, in this order in the file."""
-    doc = libsbml.SBMLDocument(3, 1)
-    m = doc.createModel()
-    m.setId("events")
-    c = m.createCompartment()
-    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
-    for sid, v in (("X", 1.0), ("Y", 0.0)):
-        s = m.createSpecies()
-        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(v)
-        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
-    p = m.createParameter()
-    p.setId("k"), p.setValue(0.1), p.setConstant(True)
+    doc, m = _network("events", {"X": 1.0, "Y": 0.0}, {"k": 0.1})
     r = m.createReaction()
     r.setId("decay"), r.setReversible(False), r.setFast(False)
     ref = r.createReactant()
@@ -168,19 +177,7 @@ def test_a_species_reference_without_stoichiometry_is_one(tmp_path):
     """A Level 3 species reference without a stoichiometry made every rate NaN (then
     blamed on the equations); libroadrunner takes 1, and so does jaxident now, with a
     warning: `A -> B` at rate `k A` against the closed form."""
-    import libsbml
-
-    doc = libsbml.SBMLDocument(3, 1)
-    m = doc.createModel()
-    m.setId("unset")
-    c = m.createCompartment()
-    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
-    for sid, x0 in (("A", 1.0), ("B", 0.0)):
-        s = m.createSpecies()
-        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(x0)
-        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
-    p = m.createParameter()
-    p.setId("k"), p.setValue(0.7), p.setConstant(True)
+    doc, m = _network("unset", {"A": 1.0, "B": 0.0}, {"k": 0.7})
     r = m.createReaction()
     r.setId("conversion"), r.setReversible(False), r.setFast(False)
     reactant, product = r.createReactant(), r.createProduct()
@@ -203,19 +200,7 @@ def test_a_network_in_nanomolar_is_solved_as_accurately_as_in_molar(tmp_path, un
     the same amounts, and k in the inverse unit: the default absolute tolerance of 1e-10
     left the nanomolar network 1e-3 off; relative to each species' size now, both match
     libroadrunner (rtol 1e-12) within the claimed accuracy, outputs and sensitivities."""
-    import libsbml
-
-    doc = libsbml.SBMLDocument(3, 1)
-    m = doc.createModel()
-    m.setId("binding")
-    c = m.createCompartment()
-    c.setId("cell"), c.setSize(1.0), c.setConstant(True)
-    for sid, x0 in (("X", 2.0 * unit), ("Y", 1.0 * unit), ("C", 0.0)):
-        s = m.createSpecies()
-        s.setId(sid), s.setCompartment("cell"), s.setInitialConcentration(x0)
-        s.setHasOnlySubstanceUnits(False), s.setBoundaryCondition(False), s.setConstant(False)
-    p = m.createParameter()
-    p.setId("k"), p.setValue(0.7 / unit), p.setConstant(True)
+    doc, m = _network("binding", {"X": 2.0 * unit, "Y": 1.0 * unit, "C": 0.0}, {"k": 0.7 / unit})
     r = m.createReaction()
     r.setId("binding"), r.setReversible(False), r.setFast(False)
     for make, sid in ((r.createReactant, "X"), (r.createReactant, "Y"), (r.createProduct, "C")):
