@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.optimize
 from jaxtyping import Array, Float
 from scipy.integrate import solve_ivp
 
@@ -499,3 +500,24 @@ def test_accuracy_in_any_units(u, solver):
     assert np.abs(y - exact).max() / exact.max() <= sens.accuracy
     assert np.abs(S[:, 0] - dk).max() / np.abs(dk).max() <= sens.accuracy
     assert np.abs(S[:, 1] - du).max() / np.abs(du).max() <= sens.accuracy
+
+
+@pytest.mark.parametrize("u", [2e-9, 1.0, 1e9])
+def test_a_fit_in_any_units_reaches_the_least_squares_optimum(u):
+    """The decay's `k` and `u` fitted to noisy data in units `u`: the estimate equals
+    SciPy's least squares on the closed form to 1e-4 of a standard error. With an
+    absolute tolerance of 1e-10 whatever the units, the fit in mol (`u = 2e-9`) ended
+    2.9 standard errors from it (the solve 1% off), without a word."""
+    t = np.linspace(0.5, 6.0, 12)
+    sigma = 0.02 * u
+    y = u * np.exp(-0.5 * t) + sigma * np.random.default_rng(1).standard_normal(t.size)
+    model = _Decay(parameters=ji.Parameters(["k", "u"], [0.3, 1.5 * u]))
+    est = ji.estimate(model, y[:, None], t, sigma=sigma, progress=False)
+
+    def residuals(p):
+        return (p[1] * np.exp(-p[0] * t) - y) / sigma
+
+    ref = scipy.optimize.least_squares(residuals, [0.3, 1.5 * u], x_scale=[1.0, u],
+                                       xtol=1e-15, ftol=1e-15, gtol=1e-15)  # fmt: skip
+    se = np.sqrt(np.diag(np.linalg.inv(ref.jac.T @ ref.jac)))
+    assert np.all(np.abs(np.asarray(est.theta) - ref.x) <= 1e-4 * se)
