@@ -9,6 +9,18 @@ from . import (
     petab as petab,
     plot as plot,
 )
+from ._design._candidates import Candidate as Candidate
+from ._design._criteria import (
+    AbstractCriterion as AbstractCriterion,
+    AbstractSummary as AbstractSummary,
+    AOptimal as AOptimal,
+    Average as Average,
+    DOptimal as DOptimal,
+    EOptimal as EOptimal,
+    WorstCase as WorstCase,
+)
+from ._design._entry import design as design
+from ._design._result import Design as Design, Measurement as Measurement
 from ._fit._estimate import Estimate as Estimate, estimate as estimate, Optimum as Optimum
 from ._fit._intervals import (
     IntervalEnd as IntervalEnd,

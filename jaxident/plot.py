@@ -471,3 +471,50 @@ def report(rep, *, title: str | None = None):
     fig.suptitle(title or rep.name)
     fig.tight_layout()
     return fig
+
+
+def design(d, *, title: str | None = None):
+    """The figure of a `ji.design` result: when each chosen measurement is taken (one
+    row per candidate and condition, numbered in the order chosen), and each
+    parameter's predicted marginal standard deviation on its estimation scale before
+    and after them (infinite: structurally non-identifiable, drawn at the axis' end,
+    hatched). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(m.name for m in d.measurements))
+    p = len(d.names)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, max(3.5, 0.28 * max(p, len(labels)) + 1.5)))
+    for i, m in enumerate(d.measurements, 1):
+        y = labels.index(m.name)
+        a1.plot(m.time, y, "o", color="tab:green" if m.resolves else "tab:blue")
+        a1.annotate(str(i), (m.time, y), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize="x-small")  # fmt: skip
+    a1.set_yticks(range(len(labels)), labels, fontsize="small")
+    a1.set_ylim(-0.7, len(labels) - 0.3)
+    a1.invert_yaxis()
+    a1.set_xlabel("time")
+    a1.set_title("measurements (green: resolves a null direction)", fontsize="small")
+    if d.after is not None:
+        after = np.asarray(d.after.std, float)
+        before = np.full(p, np.inf) if d.before is None else np.asarray(d.before.std, float)
+        finite = np.concatenate([before, after])
+        finite = finite[np.isfinite(finite) & (finite > 0)]
+        top = finite.max() * 10 if finite.size else 1.0
+        y = np.arange(p)
+        for shift, v, colour, label in ((-0.2, before, "0.6", "before"),
+                                        (0.2, after, "tab:blue", "after")):  # fmt: skip
+            shown = np.where(np.isfinite(v), v, top)
+            bars = a2.barh(y + shift, shown, height=0.4, color=colour, label=label)
+            for b, inf in zip(bars, ~np.isfinite(v)):
+                if inf:
+                    b.set_hatch("//")
+        a2.set_xscale("log")
+        a2.set_yticks(y, d.names, fontsize="small")
+        a2.invert_yaxis()
+        a2.set_xlabel("predicted marginal std (estimation scale; hatched: infinite)",
+                      fontsize="small")  # fmt: skip
+        a2.legend(frameon=False, fontsize="small")
+    a2.set_title(f"rank {d.rank_before:g} -> {d.rank_after:g} of {p}", fontsize="small")
+    fig.suptitle(title or f"design for {d.name}")
+    fig.tight_layout()
+    return fig

@@ -327,7 +327,7 @@ class Problem(eqx.Module):
         self.experiment_names = tuple(
             e.name or f"experiment {i}" for i, e in enumerate(experiments)
         )
-        self.columns = _columns(model, self.source, self.pre_source, self.preequilibrated,
+        self.columns = parameter_columns(model, self.source, self.pre_source, self.preequilibrated,
                                 observed, self.noise_outputs)  # fmt: skip
         self.name = name
 
@@ -386,7 +386,7 @@ class Problem(eqx.Module):
         pre_source, pre_constant = None, None
         if self.pre_source is not None:
             pre_source, pre_constant = remap(self.pre_source, self.pre_constant)
-        columns = _columns(self.model, source, pre_source, self.preequilibrated,
+        columns = parameter_columns(self.model, source, pre_source, self.preequilibrated,
                            np.asarray(self.observed), self.noise_outputs)  # fmt: skip
         # the constructor's checks hold for the rest: the fields are replaced in a copy
         out = copy.copy(self)
@@ -499,7 +499,7 @@ class ModelView(NamedTuple):
     sigma: np.ndarray
 
 
-def _columns(model, source, pre_source, preequilibrated, observed, noise_outputs):
+def parameter_columns(model, source, pre_source, preequilibrated, observed, noise_outputs):
     """Per experiment, the problem parameters (indices) its measured outputs can depend
     on: those mapped to a model parameter of the solution's or of a measured output's
     formula (`parameter_dependence`), or of the solution of its pre-equilibration (for

@@ -39,6 +39,7 @@ ALLOWED_INSIDE = {
     ("jaxident._fit._estimate", "scipy.special"),
     ("jaxident._fit._intervals", "scipy.special"),
     ("jaxident.plot", "scipy.special"),
+    ("jaxident._design._refine", "scipy.optimize"),
 }
 # the layers, bottom first: a module of a layer imports modules of its own layer and
 # the ones before it (the public modules above them all: `jaxident`, `petab`, `cli`,
@@ -52,6 +53,7 @@ LAYERS = [
     "_fit",
     "_identify",
     "_report",
+    "_design",
 ]
 # the command line imports everything lazily (`jaxident --help` without JAX); the public
 # `jaxident.petab` loads its importer (`_io._petab`) on first use, by name
@@ -223,6 +225,7 @@ def test_no_private_name_imported_across_subpackages():
 PROBLEM_FORKS = {
     # the API edge: a model or a problem in, one object out
     ("jaxident._report._analyze", "_as_problem"): "a model alone becomes a problem",
+    ("jaxident._design._design", "_checked"): "a model alone becomes a problem",
     ("jaxident._fit._profile", "profile"): "the deprecated form for a model with data",
     ("jaxident._identify._lserc", "outputs_of"): "ModelOutputs or ProblemOutputs",
     ("jaxident.cli", "cmd_fit"): "a model name has no data to fit",

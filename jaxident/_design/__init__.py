@@ -1,0 +1,1 @@
+"""`ji.design`: the next experiment."""
