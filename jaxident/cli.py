@@ -1,5 +1,6 @@
 """The `jaxident` command: `jaxident models`, `jaxident analyze MODEL | problem.yaml |
-file.py:Class`, `jaxident fit problem.yaml --starts N`."""
+file.py:Class`, `jaxident fit problem.yaml --starts N`, `jaxident design problem.yaml
+--budget N`."""
 
 import argparse
 import importlib.util
@@ -452,6 +453,82 @@ def _interrupted(args, fit) -> int:
     return 130
 
 
+def _design_candidates(args, problem):
+    """`--observe`, `--times`, `--sigma` and `--transform` as `ji.Candidate`s (the
+    CLI's strings stop here)."""
+    import numpy as np
+
+    import jaxident as ji
+
+    model = problem.model
+    if args.observe == "states":
+        names = list(model.state_names or ())
+        if not names:
+            raise _UsageError(
+                f"{type(model).__name__} has no state_names: name what to observe with "
+                "--observe (outputs, or names and expressions, comma separated)."
+            )
+    elif args.observe == "outputs":
+        names = list(problem.output_names)
+    else:
+        names = [n.strip() for n in args.observe.split(",") if n.strip()]
+    finite = np.asarray(problem.times)[np.isfinite(np.asarray(problem.times))]
+    start, end, n = float(model.t0), float(finite.max()) if finite.size else 1.0, 21
+    if args.times:
+        try:
+            a, b, c = args.times.split(":")
+            start, end, n = float(a), float(b), int(c)
+        except ValueError:
+            raise _UsageError(f"--times START:END:N, got {args.times!r}.") from None
+    _require([(math.isfinite(start) and math.isfinite(end) and start < end and n >= 1,
+               f"--times needs START < END and N >= 1, got {args.times!r}."),
+              (math.isfinite(args.sigma) and args.sigma > 0,
+               f"--sigma must be positive, got {args.sigma}.")])  # fmt: skip
+    window = (start, end) if args.refine else None
+    try:
+        return [ji.Candidate(o, np.linspace(start, end, n), window=window, sigma=args.sigma,
+                             transform=args.transform) for o in names]  # fmt: skip
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+
+
+def cmd_design(args) -> int:
+    import jax
+
+    import jaxident as ji
+
+    _require([(args.budget >= 1, f"--budget must be at least 1, got {args.budget}."),
+              (args.samples >= 0, f"--samples must be >= 0, got {args.samples}."),
+              *_common_checks(args)])  # fmt: skip
+    _check_outputs(args)
+    problem = load_target(args.model)
+    if not isinstance(problem, ji.Problem):
+        problem = ji.Problem.from_model(problem)
+    cands = _design_candidates(args, problem)
+    criterion = {"d": ji.DOptimal(), "e": ji.EOptimal()}.get(args.criterion)
+    if criterion is None:
+        names = [n.strip() for n in (args.names or "").split(",") if n.strip()] or None
+        criterion = ji.AOptimal(names)
+    t0 = time.perf_counter()
+    try:
+        d = ji.design(
+            problem, cands, args.budget, criterion=criterion,
+            samples=args.samples or None, key=jax.random.key(args.seed),
+            summary=ji.WorstCase() if args.worst_case else ji.Average(),
+            replicates=args.replicates, integrator=_integrator(problem.model, args.solver_rtol),
+            progress=not args.quiet,
+        )  # fmt: skip
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    print(d)
+    print(f"({time.perf_counter() - t0:.1f}s)")
+    _write(args, d.to_dict(), lambda: d.plot())
+    if args.petab:
+        paths = d.to_petab(args.petab)
+        print(f"PEtab tables of the proposed experiment written to {', '.join(paths.values())}")
+    return 0
+
+
 def _free_initial_states(model, spec: str):
     """The model with the initial values of the states named in `spec` (comma
     separated, or `all`) as parameters."""
@@ -697,6 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("models", help="list the built-in models").set_defaults(func=cmd_models)
     _analyze_parser(sub)
     _fit_parser(sub)
+    _design_parser(sub)
     return parser
 
 
@@ -807,6 +885,69 @@ def _fit_parser(sub) -> None:
     )
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_fit)
+
+
+def _design_parser(sub) -> None:
+    d = sub.add_parser(
+        "design",
+        help="the next experiment: which measurements resolve what the data leave open",
+        description="Choose --budget measurements among the candidates (each state, or "
+        "--observe, at --times, under each experiment's condition): first those that "
+        "raise the rank of the weighted sensitivity matrix (resolve non-identifiable "
+        "parameters), then by the criterion; the times refined by gradient inside "
+        "--times' window. Prints the design and the predicted standard deviations.",
+    )
+    d.add_argument("model", help="a PEtab problem (problem.yaml), a built-in model or "
+                   "my_model.py:MyModel")  # fmt: skip
+    d.add_argument("--budget", type=int, default=4, help="number of measurements (default 4)")
+    d.add_argument("--observe", default="states", help="states (default), outputs, or names "
+                   "and expressions in the states, comma separated")  # fmt: skip
+    d.add_argument(
+        "--times",
+        default=None,
+        metavar="START:END:N",
+        help="the candidate times (default: t0 to the last measured time, 21)",
+    )
+    d.add_argument(
+        "--refine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="refine the chosen times by gradient inside START:END (default on)",
+    )
+    d.add_argument(
+        "--sigma",
+        type=float,
+        default=0.1,
+        help="noise of one measurement "
+        "(default 0.1: a 10%% error with the default --transform log)",
+    )
+    d.add_argument("--transform", choices=["lin", "log", "log10"], default="log")
+    d.add_argument("--criterion", choices=["d", "a", "e"], default="d",
+                   help="after the rank: D- (default), A- or E-optimal")  # fmt: skip
+    d.add_argument("--names", default=None, help="with --criterion a: the parameters whose "
+                   "variances to shrink (comma separated; default all)")  # fmt: skip
+    d.add_argument("--samples", type=int, default=0, help="robust design over this many "
+                   "Latin-hypercube samples of the parameters' box")  # fmt: skip
+    d.add_argument("--worst-case", action="store_true", help="with --samples: the worst "
+                   "sample's criterion instead of the mean")  # fmt: skip
+    d.add_argument(
+        "--replicates",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="may a measurement be chosen twice (default yes)",
+    )
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--solver-rtol", type=float, default=1e-8, help="ODE solver rtol")
+    d.add_argument("--plot", default=None, help="write the design's figure (PNG, PDF, ...)")
+    d.add_argument("--json", default=None, help="write the design as JSON")
+    d.add_argument(
+        "--petab",
+        default=None,
+        metavar="DIR",
+        help="write the proposed experiment's PEtab tables into DIR",
+    )
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(func=cmd_design)
 
 
 def main(argv=None) -> int:

@@ -513,7 +513,7 @@ def design(d, *, title: str | None = None):
         a2.invert_yaxis()
         a2.set_xlabel("predicted marginal std (estimation scale; hatched: infinite)",
                       fontsize="small")  # fmt: skip
-        a2.legend(frameon=False, fontsize="small")
+        a2.legend(frameon=False, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     a2.set_title(f"rank {d.rank_before:g} -> {d.rank_after:g} of {p}", fontsize="small")
     fig.suptitle(title or f"design for {d.name}")
     fig.tight_layout()

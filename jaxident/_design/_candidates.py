@@ -234,6 +234,7 @@ class Block(eqx.Module):
     sigma: float = eqx.field(static=True)
     transform: Scale = eqx.field(static=True)
     name: str = eqx.field(static=True)
+    values: np.ndarray | None = None  # data at `times` (the predicted ones), or none
 
 
 def experiment_index(problem: Problem, which) -> int:
@@ -297,7 +298,10 @@ def candidate_problem(problem: Problem, model: Observed, blocks, keep: bool = Fa
     for b in blocks:
         n = b.times.size
         times.append(np.concatenate([b.times, np.full(T - n, b.times[-1])]))
-        data.append(np.full((T, mm), np.nan))
+        d = np.full((T, mm), np.nan)
+        if b.values is not None:
+            d[:n, m + b.k] = b.values
+        data.append(d)
         s = np.ones((T, mm))
         s[:, m + b.k] = b.sigma
         sigma.append(s)

@@ -54,6 +54,7 @@ class Pool(NamedTuple):
     block: np.ndarray  # (N,): each measurement's block
     time: np.ndarray  # (N,): its time
     rows: np.ndarray  # (S, N, q): its weighted sensitivity rows at each sample
+    valid: np.ndarray  # (N,): finite rows at every sample (a log of a positive value)
 
 
 def _blocks(problem: Problem, candidates: Sequence[Candidate]):
@@ -109,6 +110,11 @@ def rows(cp: Problem, model: Observed, blocks, thetas, integrator):
     with checks_as_nan():
         J, y, ok = _rows_kernel(cp, thetas, integrator, on_error_mode())
     J, y, ok = np.asarray(J), np.asarray(y), np.asarray(ok)
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a log of 0: not valid)
+        return _rows_of(model, blocks, thetas, J, y, ok)
+
+
+def _rows_of(model, blocks, thetas, J, y, ok):
     if not ok.all():
         s, e = np.argwhere(~ok)[0]
         raise RuntimeError(
@@ -136,15 +142,39 @@ def rows(cp: Problem, model: Observed, blocks, thetas, integrator):
     return G, dG, values
 
 
+def _measurable(values, block) -> np.ndarray:
+    """`(N,)`: whether each value is positive and above `1e-10` of its block's largest
+    at every sample: a log-scale measurement of a value at the rounding level of its
+    observable (an amount decayed to 1e-300) is no measurement."""
+    ok = np.ones(values.shape[1], bool)
+    for b in np.unique(block):
+        at = block == b
+        top = np.max(np.abs(values[:, at]), axis=1, keepdims=True)
+        ok[at] = np.all(values[:, at] > _SMALLEST * top, axis=0)
+    return ok
+
+
+_SMALLEST = 1e-10
+
+
 def _pool(problem, candidates, thetas, integrator) -> Pool:
     observables, blocks, owner = _blocks(problem, candidates)
     model = observed_model(problem, observables)
     cp = candidate_problem(problem, model, blocks)
-    G, _, _ = rows(cp, model, blocks, thetas, integrator)
+    G, _, y = rows(cp, model, blocks, thetas, integrator)
     block = np.concatenate([np.full(b.times.size, i) for i, b in enumerate(blocks)])
     time = np.concatenate([b.times for b in blocks])
     stacked = np.concatenate([g[:, : b.times.size] for g, b in zip(G, blocks)], axis=1)
-    return Pool(model, tuple(blocks), tuple(candidates), owner, block, time, stacked)
+    values = np.concatenate([v[:, : b.times.size] for v, b in zip(y, blocks)], axis=1)
+    logs = np.concatenate([np.full(b.times.size, b.transform != Scale.lin) for b in blocks])
+    valid = np.all(np.isfinite(stacked), axis=(0, 2)) & ~(logs & ~_measurable(values, block))
+    if not valid.any():
+        raise ValueError(
+            "No candidate measurement has finite sensitivities at every sample (a log "
+            "transform of a value that is not positive?): check the candidates."
+        )
+    stacked = np.where(valid[None, :, None], stacked, 0.0)
+    return Pool(model, tuple(blocks), tuple(candidates), owner, block, time, stacked, valid)
 
 
 class Scorer(eqx.Module):
@@ -199,12 +229,12 @@ def _better(a, b) -> bool:
 
 
 def greedy(G, base, scorer: Scorer, summary: AbstractSummary, budget: int, replicates: bool,
-           progress=None):  # fmt: skip
+           progress=None, valid=None):  # fmt: skip
     """`budget` picks from the candidate rows `G` `(S, N, q)` (at the scored samples,
     whose own matrices are `base`), each the best after the previous ones: indices
     into the pool, with the score `(rank, criterion)` after each."""
     chosen, picks, scores = [], [], []
-    allowed = np.ones(G.shape[1], bool)
+    allowed = np.ones(G.shape[1], bool) if valid is None else valid.copy()
     for _ in range(budget):
         if not allowed.any():
             break

@@ -1,15 +1,17 @@
 """`ji.design`, the entry point: the greedy choice, the refinement of free times, and
 the result with its predicted report."""
 
+import warnings
 from collections.abc import Sequence
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 from tqdm.auto import tqdm
 
 from .._linalg._dependence import dependence
-from .._linalg._rank import AbstractRankRule
+from .._linalg._rank import AbstractRankRule, NearThresholdWarning
 from .._model._base import AbstractModel, Integrator
 from .._problem._base import Problem
 from .._report._analyze import analyze
@@ -89,18 +91,21 @@ def design(
     base = [st.base[i] for i in sel]
     with tqdm(total=int(budget), desc="designing", disable=not progress) as bar:
         picks, scores = greedy(st.pool.rows[sel], base, st.scorer, summary, int(budget),
-                               replicates, lambda j: bar.update(1))  # fmt: skip
+                               replicates, lambda j: bar.update(1), st.pool.valid)  # fmt: skip
     grid = st.pool.time[np.asarray(picks)]
     times, found = refine_times(st, picks, summary) if refine else (grid, None)
     G, _, y = chosen_rows(st.problem, st.pool, picks, times, st.thetas, st.integrator)
     after = score_of(base, G[sel], st.scorer, summary)
-    if found is not None and _better(scores[-1], after):  # (never worse than the grid)
+    worse = not np.isfinite(after[1]) or not np.all(np.isfinite(G)) or _better(scores[-1], after)
+    if found is not None and worse:  # (never worse than the grid's choice)
         times, found = grid, None
         G, _, y = chosen_rows(st.problem, st.pool, picks, times, st.thetas, st.integrator)
         after = score_of(base, G[sel], st.scorer, summary)
     before = score_of(base, G[sel][:, :0], st.scorer, summary)
-    return _result(st, picks, times, G, y, scores, before, after, found, criterion, summary,
-                   samples, report)  # fmt: skip
+    valid = st.pool.rows[sel][:, st.pool.valid]
+    reachable = score_of(base, valid, st.scorer, summary)[0]
+    return _result(st, picks, times, G, y, scores, (before, after, reachable), found,
+                   criterion, summary, samples, report)  # fmt: skip
 
 
 def _resolved(st: Setup, G) -> tuple[list, tuple[str, ...]]:
@@ -126,8 +131,9 @@ def _resolved(st: Setup, G) -> tuple[list, tuple[str, ...]]:
     return out, tuple(n for n, a in zip(names, now) if a)
 
 
-def _result(st: Setup, picks, times, G, y, scores, before, after, found, criterion,
-            summary, samples, report) -> Design:  # fmt: skip
+def _result(st: Setup, picks, times, G, y, scores, ranks, found, criterion, summary,
+            samples, report) -> Design:  # fmt: skip
+    before, after, reachable = ranks
     pool = st.pool
     resolves, unresolved = _resolved(st, G)
     out = []
@@ -139,20 +145,27 @@ def _result(st: Setup, picks, times, G, y, scores, before, after, found, criteri
         out.append(Measurement(
             b.name, text, st.problem.experiment_names[b.e], b.override, float(t),
             b.sigma, str(b.transform.value), float(y[0, j]), rank, value, resolves[j]))  # fmt: skip
+    blocks = [eqx.tree_at(lambda b: b.values, b, y[0, j : j + 1], is_leaf=lambda x: x is None)
+              for j, b in enumerate(pick_blocks(pool, picks, times))]  # fmt: skip
+    known = measured(st.problem)
+    joined = candidate_problem(known or st.problem, pool.model, blocks, keep=known is not None,
+                               rates=False)  # fmt: skip
+    designed = np.zeros(np.asarray(joined.observed).shape, bool)
+    first = 0 if known is None else st.problem.n_experiments
+    for j, b in enumerate(blocks):
+        designed[first + j, 0, pool.model.m + b.k] = True
     reports = (None, None)
     if report:
-        blocks = pick_blocks(pool, picks, times)
-        known = measured(st.problem)
-        joined = candidate_problem(known or st.problem, pool.model, blocks, keep=known is not None,
-                                   rates=False)  # fmt: skip
         quiet = dict(generic=False, progress=False, integrator=st.integrator)
-        first = None if known is None else analyze(known, st.theta, **quiet)
-        reports = (first, analyze(joined, st.theta, **quiet))
+        with warnings.catch_warnings():  # (predictions: the closeness is in their text)
+            warnings.simplefilter("ignore", NearThresholdWarning)
+            prior = None if known is None else analyze(known, st.theta, **quiet)
+            reports = (prior, analyze(joined, st.theta, **quiet))
     n = 0 if samples is None else int(st.thetas.shape[0] - 1)
     refined = None if found is None else str(found.message)
     return Design(
         st.problem.name or type(st.problem.model).__name__, st.problem.parameters.names,
         st.theta, tuple(out), criterion.describe(st.problem.parameters.names),
         type(summary).__name__.lower(), n, before[0], after[0], before[1], after[1],
-        unresolved, refined, *reports,
+        unresolved, reachable, refined, *reports, joined, designed,
     )  # fmt: skip

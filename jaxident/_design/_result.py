@@ -2,16 +2,21 @@
 criterion before and after, the report predicted after them), a figure, and the
 proposed experiment as PEtab rows."""
 
+import copy
 import json
 import math
 import os
 from typing import NamedTuple
 
 import equinox as eqx
+import jax
 import numpy as np
+from jaxtyping import PRNGKeyArray
 
 from .. import plot
+from .._problem._base import Problem
 from .._report._result import Report
+from .._runtime._context import device_array
 from .._runtime._files import plain
 
 
@@ -43,12 +48,17 @@ class Design(eqx.Module):
     `summary` (what was maximised, over how many `samples`); `rank_before`,
     `rank_after` (out of `len(names)`), `value_before`, `value_after` (the criterion);
     `unresolved`: the parameters still non-identifiable after the design at theta;
+    `reachable`: the rank every candidate measurement together would give (more than
+    `rank_after`: a larger budget resolves more);
     `refined`: how the gradient refinement of the free times ended (`None` where no
     time was free); `before`, `after`: the `ji.analyze` reports at theta of the problem
     and of the problem with the designed measurements (`None` with `report=False`),
-    whose `std` are the predicted marginal standard deviations.
+    whose `std` are the predicted marginal standard deviations; `problem`: the problem
+    with the designed measurements (their predicted values as data: `ji.analyze` of it
+    is `after`), `designed` its `(e, n, outputs)` entries that are the design's.
 
-    **Methods:** `plot()`, `to_dict()`, `to_json()`, `to_petab(folder)`.
+    **Methods:** `simulate(key)` (`problem` with noisy designed data), `plot()`,
+    `to_dict()`, `to_json()`, `to_petab(folder)`.
     """
 
     name: str
@@ -63,9 +73,27 @@ class Design(eqx.Module):
     value_before: float
     value_after: float
     unresolved: tuple[str, ...]
+    reachable: float
     refined: str | None
     before: Report | None
     after: Report | None
+    problem: Problem
+    designed: np.ndarray
+
+    def simulate(self, key: PRNGKeyArray) -> Problem:
+        """`problem` with the designed measurements drawn: each predicted value with
+        its noise (normal, `sigma` on its transform's scale) drawn with `key`; the
+        problem's own data as they are. Fit it (`ji.estimate`) and analyze it to check
+        the design on simulated data."""
+        data = np.array(self.problem.data)
+        noise = np.asarray(jax.random.normal(key, data.shape)) * np.asarray(self.problem.sigma)
+        for o, h in enumerate(self.problem.transforms):
+            at = self.designed[..., o]
+            if at.any():
+                data[..., o][at] = h.inverse(h.forward(data[..., o][at]) + noise[..., o][at])
+        out = copy.copy(self.problem)
+        object.__setattr__(out, "data", device_array(data))
+        return out
 
     @property
     def times(self) -> np.ndarray:
@@ -89,7 +117,12 @@ class Design(eqx.Module):
                 f"  {i:>3}. observe {m.name} at t = {m.time:.6g} (sigma {m.sigma:g}"
                 f"{'' if m.transform == 'lin' else ', ' + m.transform}){gain}"
             )
-        if self.unresolved:
+        if self.unresolved and self.reachable > self.rank_after + 1e-9:
+            lines.append(
+                f"  still non-identifiable: {', '.join(self.unresolved)} (the candidates "
+                f"together reach rank {_rank(self.reachable)}: a larger budget resolves more)"
+            )
+        elif self.unresolved:
             lines.append(
                 f"  still non-identifiable: {', '.join(self.unresolved)} (no candidate "
                 "resolves them: measure something else, or fix them)"
@@ -109,7 +142,7 @@ class Design(eqx.Module):
             criterion=self.criterion, summary=self.summary, samples=self.samples,
             rank_before=self.rank_before, rank_after=self.rank_after,
             value_before=self.value_before, value_after=self.value_after,
-            unresolved=list(self.unresolved), refined=self.refined,
+            unresolved=list(self.unresolved), reachable=self.reachable, refined=self.refined,
             measurements=[m._asdict() for m in self.measurements],
         )  # fmt: skip
         for k in ("before", "after"):

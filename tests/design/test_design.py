@@ -353,3 +353,26 @@ def test_a_function_observable_has_no_petab_formula(tmp_path):
     assert d.measurements[0].observable is None
     with pytest.raises(ValueError, match="formula"):
         d.to_petab(tmp_path)
+
+
+def test_the_command_line_designs_and_writes_its_files(tmp_path, capsys):
+    """`jaxident design sir --budget 2`: the design printed, its JSON, figure and PEtab
+    tables written; bad arguments are one line with exit status 2."""
+    from jaxident import cli
+
+    js, png, folder = tmp_path / "d.json", tmp_path / "d.png", tmp_path / "next"
+    argv = ["design", "sir", "--budget", "2", "--times", "0:30:7", "--quiet", "--json",
+            str(js), "--plot", str(png), "--petab", str(folder)]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Design for" in out and "observe" in out
+    import json
+
+    d = json.loads(js.read_text())
+    assert len(d["measurements"]) == 2 and d["rank_after"] == 2
+    assert png.stat().st_size > 0 and (folder / "measurements_design.tsv").exists()
+    bad_lines = ((["--budget", "0"], "--budget"), (["--times", "5:1:3"], "--times"),
+                 (["--observe", "nope"], "nope"), (["--sigma", "-1"], "--sigma"))  # fmt: skip
+    for bad, match in bad_lines:
+        assert cli.main(["design", "sir", "--quiet", *bad]) == 2
+        assert match in capsys.readouterr().err
