@@ -254,76 +254,86 @@ def _mapped(problem: Problem, e: int, override, pre: bool):
     model parameter, a string maps it to a problem parameter)."""
     source = np.array((problem.pre_source if pre else problem.source)[e])
     constant = np.array((problem.pre_constant if pre else problem.constant)[e], dtype=float)
-    names = problem.model.parameters.names
     for k, v in override:
         j = problem.model.parameters.index(k)
         if isinstance(v, str):
             source[j] = problem.parameters.index(v)
         else:
             source[j], constant[j] = -1, v
-    return tuple(source.tolist()), constant, names
+    return tuple(source.tolist()), constant
+
+
+def _grouped(blocks):
+    """The blocks by condition (`(e, override)`): per group, its blocks' `(block, time
+    index)` pairs in the order of their times (stable)."""
+    groups: dict = {}
+    for i, b in enumerate(blocks):
+        groups.setdefault((b.e, b.override), []).extend((i, j) for j in range(b.times.size))
+    out = []
+    for key, pairs in groups.items():
+        t = np.asarray([blocks[i].times[j] for i, j in pairs])
+        out.append((key, [pairs[r] for r in np.argsort(t, kind="stable")]))
+    return out
 
 
 def candidate_problem(problem: Problem, model: Observed, blocks, keep: bool = False,
-                      rates: bool = True) -> Problem:  # fmt: skip
-    """The problem of `model` whose experiments are `blocks`, each observing its
-    observable (and with `rates` its time derivative, so that those rows come back),
+                      rates: bool = True):  # fmt: skip
+    """The problem of `model` with one experiment per condition of `blocks`, whose rows
+    are the blocks' measurements in the order of their times, each observing its
+    observable (and with `rates` its time derivative, so that those rows come back);
     after the problem's own experiments where `keep` (their data's rows; the new
-    observables are not observed there)."""
+    observables are not observed there). Returns the problem and, per block, its
+    experiment and rows (`(e, rows)`): one solve per condition, not per candidate."""
     m, k = model.m, len(model.observables)
     mm = m + 2 * k
     keep = list(range(problem.n_experiments)) if keep else []
-    T = max([b.times.size for b in blocks] + [problem.times.shape[1] if keep else 1])
-    times, data, sigma, observed, src, const, psrc, pconst, names = ([] for _ in range(9))
+    groups = _grouped(blocks)
+    T = max([len(p) for _, p in groups] + [problem.times.shape[1] if keep else 1])
+    parts = {f: [] for f in ("times", "data", "sigma", "observed", "src", "const", "psrc",
+                             "pconst", "names", "pre")}  # fmt: skip
     has_pre = problem.pre_source is not None
+
+    def add(t, d, s, o, e, override, name):
+        n = t.size
+        parts["times"].append(np.concatenate([t, np.full(T - n, t[-1])]))
+        for key, a, fill in (("data", d, np.nan), ("sigma", s, 1.0), ("observed", o, False)):
+            full = np.full((T, mm), fill, dtype=a.dtype)
+            full[:n] = a
+            parts[key].append(full)
+        for pre, (ks, kc) in ((False, ("src", "const")), (True, ("psrc", "pconst"))):
+            if has_pre or not pre:
+                s_, c_ = _mapped(problem, e, override, pre)
+                parts[ks].append(s_)
+                parts[kc].append(c_)
+        parts["names"].append(name)
+        parts["pre"].append(problem.preequilibrated[e])
+
     for e in keep:
         n = problem.times.shape[1]
-        t = np.asarray(problem.times[e])
-        times.append(np.concatenate([t, np.full(T - n, t[-1])]))
-        d = np.full((T, mm), np.nan)
-        d[:n, :m] = np.asarray(problem.data[e])
-        data.append(d)
-        s = np.ones((T, mm))
-        s[:n, :m] = np.asarray(problem.sigma[e])
-        sigma.append(s)
-        o = np.zeros((T, mm), bool)
-        o[:n, :m] = np.asarray(problem.observed[e])
-        observed.append(o)
-        src.append(problem.source[e])
-        const.append(np.asarray(problem.constant[e]))
-        if has_pre:
-            psrc.append(problem.pre_source[e])
-            pconst.append(np.asarray(problem.pre_constant[e]))
-        names.append(problem.experiment_names[e])
-    for b in blocks:
-        n = b.times.size
-        times.append(np.concatenate([b.times, np.full(T - n, b.times[-1])]))
-        d = np.full((T, mm), np.nan)
-        if b.values is not None:
-            d[:n, m + b.k] = b.values
-        data.append(d)
-        s = np.ones((T, mm))
-        s[:, m + b.k] = b.sigma
-        sigma.append(s)
-        o = np.zeros((T, mm), bool)
-        o[:n, m + b.k] = True
-        if rates:
-            o[:n, m + k + b.k] = True
-        observed.append(o)
-        s_, c_, _ = _mapped(problem, b.e, b.override, False)
-        src.append(s_)
-        const.append(c_)
-        if has_pre:
-            ps, pc, _ = _mapped(problem, b.e, b.override, True)
-            psrc.append(ps)
-            pconst.append(pc)
-        names.append(b.name)
-    pre_flags = tuple(problem.preequilibrated[e] for e in keep) + tuple(
-        problem.preequilibrated[b.e] for b in blocks
-    )
-    return _assembled(problem, model, blocks, keep, dict(
-        times=times, data=data, sigma=sigma, observed=observed, src=src, const=const,
-        psrc=psrc, pconst=pconst, names=names, pre=pre_flags))  # fmt: skip
+        d, s, o = np.full((n, mm), np.nan), np.ones((n, mm)), np.zeros((n, mm), bool)
+        d[:, :m], s[:, :m] = np.asarray(problem.data[e]), np.asarray(problem.sigma[e])
+        o[:, :m] = np.asarray(problem.observed[e])
+        add(np.asarray(problem.times[e]), d, s, o, e, (), problem.experiment_names[e])
+    where = [None] * len(blocks)
+    for g, ((e, override), pairs) in enumerate(groups):
+        n = len(pairs)
+        t = np.asarray([blocks[i].times[j] for i, j in pairs])
+        d, s, o = np.full((n, mm), np.nan), np.ones((n, mm)), np.zeros((n, mm), bool)
+        for r, (i, j) in enumerate(pairs):
+            b = blocks[i]
+            if b.values is not None:
+                d[r, m + b.k] = b.values[j]
+            s[r, m + b.k] = b.sigma
+            o[r, m + b.k] = True
+            o[r, m + k + b.k] = rates
+        for i in {i for i, _ in pairs}:
+            where[i] = (
+                len(keep) + g,
+                np.asarray([r for r, (i2, _) in enumerate(pairs) if i2 == i]),
+            )
+        names = dict.fromkeys(blocks[i].name for i, _ in pairs)
+        add(t, d, s, o, e, override, " + ".join(names))
+    return _assembled(problem, model, blocks, keep, parts), where
 
 
 def _assembled(problem: Problem, model: Observed, blocks, keep, parts) -> Problem:
@@ -333,7 +343,7 @@ def _assembled(problem: Problem, model: Observed, blocks, keep, parts) -> Proble
     for b in blocks:
         transforms[model.m + b.k] = b.transform
     observed = np.stack(parts["observed"])
-    pre = parts["pre"]
+    pre = tuple(parts["pre"])
     psrc = tuple(parts["psrc"]) if problem.pre_source is not None else None
     columns = parameter_columns(model, tuple(parts["src"]), psrc, pre, observed, noise)
     out = copy.copy(problem)
@@ -348,7 +358,7 @@ def _assembled(problem: Problem, model: Observed, blocks, keep, parts) -> Proble
         pre_source=psrc,
         pre_constant=None if psrc is None else device_array(np.stack(parts["pconst"])),
         preequilibrated=pre,
-        steady=tuple(problem.steady[e] for e in keep) + (False,) * len(blocks),
+        steady=tuple(problem.steady[e] for e in keep) + (False,) * (len(pre) - len(keep)),
         columns=columns,
         experiment_names=tuple(parts["names"]),
         transforms=tuple(transforms),

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .._identify._sweep import sweep
 from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._model._base import AbstractModel, Integrator
 from .._model._sampling import latin_hypercube
@@ -66,10 +67,10 @@ def _blocks(problem: Problem, candidates: Sequence[Candidate]):
     if not finite:
         raise ValueError("ji.design needs an experiment at finite times to measure under.")
     for c, cand in enumerate(candidates):
-        key = cand.observable
+        key = (cand.observable, cand.transform)  # (a transform is its output's)
         if key not in keys:
             keys.append(key)
-            found.append(observable(problem.model, key, base))
+            found.append(observable(problem.model, cand.observable, base))
         k = keys.index(key)
         where = finite if cand.experiment is None else [experiment_index(problem, cand.experiment)]
         for e in where:
@@ -103,31 +104,45 @@ def _rows_kernel(problem: Problem, thetas, integrator, error_mode):
     return jax.lax.map(one, thetas)
 
 
-def rows(cp: Problem, model: Observed, blocks, thetas, integrator):
-    """Per block: its rows `(S, n, q)`, their time derivatives and the predicted
-    values `(S, n)` at every sample. A sample whose solve fails is an error naming
-    it."""
-    with checks_as_nan():
-        J, y, ok = _rows_kernel(cp, thetas, integrator, on_error_mode())
+def rows(cp: Problem, where, model: Observed, blocks, thetas, integrator,
+         batched: bool = False):  # fmt: skip
+    """Per block (at `where`: its experiment and rows of `cp`): its rows `(S, n, q)`,
+    their time derivatives and the predicted values `(S, n)` at every sample. A sample
+    whose solve fails is an error naming it. The samples run one after another in one
+    kernel compiled once; with `batched` on a GPU, side by side through `ji.sweep` (in
+    chunks, over the devices). On a CPU the kernel is the faster: vmapped lanes of an
+    adaptive solve wait for the slowest (`benchmarks/bench_design.py`)."""
+    if not batched or thetas.shape[0] == 1 or jax.default_backend() == "cpu":
+        with checks_as_nan():
+            J, y, ok = _rows_kernel(cp, thetas, integrator, on_error_mode())
+    else:  # many samples: batched, in chunks, over the devices
+
+        def one(th):
+            out = predict_kernel(cp, th, integrator, True, error_mode="nan")
+            return out.jacobian, out.outputs, out.ok
+
+        found = sweep(one, thetas, progress=False, ok=lambda out: jnp.all(out[2]),
+                      batch_size=min(256, int(thetas.shape[0])))  # fmt: skip
+        J, y, ok = found.values
     J, y, ok = np.asarray(J), np.asarray(y), np.asarray(ok)
     with np.errstate(divide="ignore", invalid="ignore"):  # (a log of 0: not valid)
-        return _rows_of(model, blocks, thetas, J, y, ok)
+        return _rows_of(cp, where, model, blocks, thetas, J, y, ok)
 
 
-def _rows_of(model, blocks, thetas, J, y, ok):
+def _rows_of(cp, where, model, blocks, thetas, J, y, ok):
     if not ok.all():
         s, e = np.argwhere(~ok)[0]
         raise RuntimeError(
-            f"The solve of the candidate {blocks[e].name!r} failed at sample {s} "
+            f"The solve of the candidates {cp.experiment_names[e]!r} failed at sample {s} "
             f"(theta = {np.asarray(thetas[s]).tolist()}): check the model there, or the "
             "box the samples are drawn from."
         )
     m, k = model.m, len(model.observables)
     G, dG, values = [], [], []
-    for b, blk in enumerate(blocks):
-        g = J[:, b, :, m + blk.k, :]
-        Y_rate = J[:, b, :, m + k + blk.k, :]
-        val, rate = y[:, b, :, m + blk.k], y[:, b, :, m + k + blk.k]
+    for (e, r), blk in zip(where, blocks):
+        g = J[:, e, r, m + blk.k, :]
+        Y_rate = J[:, e, r, m + k + blk.k, :]
+        val, rate = y[:, e, r, m + blk.k], y[:, e, r, m + k + blk.k]
         h = Scale(blk.transform)
         # g = h'(y) Y / sigma; its time derivative (h'' = -h'/y for log scales)
         scale = np.asarray(h.derivative(val)) / blk.sigma
@@ -160,8 +175,8 @@ _SMALLEST = 1e-10
 def _pool(problem, candidates, thetas, integrator) -> Pool:
     observables, blocks, owner = _blocks(problem, candidates)
     model = observed_model(problem, observables)
-    cp = candidate_problem(problem, model, blocks)
-    G, _, y = rows(cp, model, blocks, thetas, integrator)
+    cp, where = candidate_problem(problem, model, blocks)
+    G, _, y = rows(cp, where, model, blocks, thetas, integrator, batched=True)
     block = np.concatenate([np.full(b.times.size, i) for i, b in enumerate(blocks)])
     time = np.concatenate([b.times for b in blocks])
     stacked = np.concatenate([g[:, : b.times.size] for g, b in zip(G, blocks)], axis=1)

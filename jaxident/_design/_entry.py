@@ -148,12 +148,11 @@ def _result(st: Setup, picks, times, G, y, scores, ranks, found, criterion, summ
     blocks = [eqx.tree_at(lambda b: b.values, b, y[0, j : j + 1], is_leaf=lambda x: x is None)
               for j, b in enumerate(pick_blocks(pool, picks, times))]  # fmt: skip
     known = measured(st.problem)
-    joined = candidate_problem(known or st.problem, pool.model, blocks, keep=known is not None,
-                               rates=False)  # fmt: skip
+    joined, where = candidate_problem(known or st.problem, pool.model, blocks,
+                                      keep=known is not None, rates=False)  # fmt: skip
     designed = np.zeros(np.asarray(joined.observed).shape, bool)
-    first = 0 if known is None else st.problem.n_experiments
-    for j, b in enumerate(blocks):
-        designed[first + j, 0, pool.model.m + b.k] = True
+    for (e, r), b in zip(where, blocks):
+        designed[e, r, pool.model.m + b.k] = True
     reports = (None, None)
     if report:
         quiet = dict(generic=False, progress=False, integrator=st.integrator)

@@ -28,8 +28,8 @@ def chosen_rows(problem, pool: Pool, picks, times, thetas, integrator):
     """The rows `(S, j, q)` of the chosen measurements at `times`, their time
     derivatives, and the predicted values `(S, j)`."""
     blocks = pick_blocks(pool, picks, times)
-    cp = candidate_problem(problem, pool.model, blocks)
-    G, dG, y = rows(cp, pool.model, blocks, jnp.asarray(thetas), integrator)
+    cp, where = candidate_problem(problem, pool.model, blocks)
+    G, dG, y = rows(cp, where, pool.model, blocks, jnp.asarray(thetas), integrator)
     return tuple(np.concatenate([a[:, :1] for a in part], axis=1) for part in (G, dG, y))
 
 
