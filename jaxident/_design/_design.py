@@ -105,14 +105,16 @@ def _rows_kernel(problem: Problem, thetas, integrator, error_mode):
 
 
 def rows(cp: Problem, where, model: Observed, blocks, thetas, integrator,
-         batched: bool = False):  # fmt: skip
+         batched: bool | None = False):  # fmt: skip
     """Per block (at `where`: its experiment and rows of `cp`): its rows `(S, n, q)`,
     their time derivatives and the predicted values `(S, n)` at every sample. A sample
     whose solve fails is an error naming it. The samples run one after another in one
-    kernel compiled once; with `batched` on a GPU, side by side through `ji.sweep` (in
-    chunks, over the devices). On a CPU the kernel is the faster: vmapped lanes of an
-    adaptive solve wait for the slowest (`benchmarks/bench_design.py`)."""
-    if not batched or thetas.shape[0] == 1 or jax.default_backend() == "cpu":
+    kernel compiled once; with `batched`, side by side through `ji.sweep` (in chunks,
+    over the devices); `None`: so on a GPU only, as on a CPU the kernel is the faster
+    (vmapped lanes of an adaptive solve wait for the slowest; `bench_design.py`)."""
+    if batched is None:
+        batched = jax.default_backend() != "cpu"
+    if not batched or thetas.shape[0] == 1:
         with checks_as_nan():
             J, y, ok = _rows_kernel(cp, thetas, integrator, on_error_mode())
     else:  # many samples: batched, in chunks, over the devices
@@ -176,7 +178,7 @@ def _pool(problem, candidates, thetas, integrator) -> Pool:
     observables, blocks, owner = _blocks(problem, candidates)
     model = observed_model(problem, observables)
     cp, where = candidate_problem(problem, model, blocks)
-    G, _, y = rows(cp, where, model, blocks, thetas, integrator, batched=True)
+    G, _, y = rows(cp, where, model, blocks, thetas, integrator, batched=None)
     block = np.concatenate([np.full(b.times.size, i) for i, b in enumerate(blocks)])
     time = np.concatenate([b.times for b in blocks])
     stacked = np.concatenate([g[:, : b.times.size] for g, b in zip(G, blocks)], axis=1)

@@ -230,6 +230,7 @@ PROBLEM_FORKS = {
     ("jaxident._identify._lserc", "outputs_of"): "ModelOutputs or ProblemOutputs",
     ("jaxident.cli", "cmd_fit"): "a model name has no data to fit",
     ("jaxident.cli", "cmd_analyze"): "a model name or a PEtab file",
+    ("jaxident.cli", "cmd_design"): "a model name or a PEtab file",
     ("jaxident._problem._base", "check_problem"): "the refusal of problem-only entries",
     # a model's output sensitivities (times, scales) are another quantity than a
     # problem's noise-weighted residual sensitivities
