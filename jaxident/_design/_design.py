@@ -228,6 +228,22 @@ def _score_all(scorer: Scorer, R, G):
     return jax.vmap(at_sample)(R, G, scorer.units)
 
 
+def _scores(scorer: Scorer, R, G):
+    """`_score_all` in chunks of candidates (the last one padded: one compilation),
+    each with at most `_CHUNK` numbers in its `(S, chunk, q + 1, q)` matrices, so that
+    memory does not grow with the number of candidates."""
+    S, N, q = G.shape
+    size = max(1, min(N, _CHUNK // (S * (q + 1) * q)))
+    pad = -N % size
+    Gp = jnp.asarray(np.concatenate([G, np.zeros((S, pad, q))], axis=1) if pad else G)
+    parts = [_score_all(scorer, R, Gp[:, a : a + size]) for a in range(0, N + pad, size)]
+    r, v = (jnp.concatenate(p, axis=1)[:, :N] for p in zip(*parts))
+    return r, v
+
+
+_CHUNK = 2**24
+
+
 def _factor(base, chosen):
     """`(S, q, q)` triangular factors of the base matrices with the chosen rows."""
     out = []
@@ -256,7 +272,7 @@ def greedy(G, base, scorer: Scorer, summary: AbstractSummary, budget: int, repli
         if not allowed.any():
             break
         R = _factor(base, chosen)
-        r, v = _score_all(scorer, jnp.asarray(R), jnp.asarray(G))
+        r, v = _scores(scorer, jnp.asarray(R), G)
         r, v = np.asarray(summary(jnp.asarray(r, float))), np.asarray(summary(v))
         v = np.where(np.isfinite(v), v, -np.inf)
         best = None

@@ -14,6 +14,7 @@ from .._linalg._dependence import dependence
 from .._linalg._rank import AbstractRankRule, NearThresholdWarning
 from .._model._base import AbstractModel, Integrator
 from .._problem._base import Problem
+from .._problem._predict import estimation_units
 from .._report._analyze import analyze
 from ._candidates import Candidate, candidate_problem
 from ._criteria import AbstractCriterion, AbstractSummary, Average, DOptimal
@@ -112,7 +113,7 @@ def _resolved(st: Setup, G) -> tuple[list, tuple[str, ...]]:
     """Per chosen measurement, the parameters non-identifiable at theta before it and
     not after (the report's rule, `ji.linalg.dependence`)."""
     names = st.problem.parameters.names
-    units = jnp.asarray(st.scorer.units[0])
+    units = jnp.asarray(estimation_units(st.problem, st.theta))
     rule = st.scorer.rule
     A = st.base[0]
 
@@ -141,10 +142,12 @@ def _result(st: Setup, picks, times, G, y, scores, ranks, found, criterion, summ
         b = pool.blocks[pool.block[i]]
         cand = pool.candidates[pool.owner[pool.block[i]]]
         text = cand.observable if isinstance(cand.observable, str) else None
+        output = text in st.problem.output_names
         rank, value = scores[j] if j < len(picks) - 1 else after
         out.append(Measurement(
             b.name, text, st.problem.experiment_names[b.e], b.override, float(t),
-            b.sigma, str(b.transform.value), float(y[0, j]), rank, value, resolves[j]))  # fmt: skip
+            b.sigma, str(b.transform.value), float(y[0, j]), rank, value, resolves[j],
+            output))  # fmt: skip
     blocks = [eqx.tree_at(lambda b: b.values, b, y[0, j : j + 1], is_leaf=lambda x: x is None)
               for j, b in enumerate(pick_blocks(pool, picks, times))]  # fmt: skip
     known = measured(st.problem)

@@ -25,7 +25,8 @@ class Measurement(NamedTuple):
     `None` for a function), the problem's `experiment` whose condition it is taken
     under, the `condition` overrides, the `time`, the noise `sigma` on the `transform`'s
     scale, the `value` predicted at theta, the (summarised) `rank` and `criterion` after
-    it, and the parameters it `resolves` (non-identifiable before it, not after)."""
+    it, the parameters it `resolves` (non-identifiable before it, not after), and
+    whether the observable is one of the problem's `output`s."""
 
     name: str
     observable: str | None
@@ -38,6 +39,7 @@ class Measurement(NamedTuple):
     rank: float
     criterion: float
     resolves: tuple[str, ...]
+    output: bool = False
 
 
 class Design(eqx.Module):
@@ -164,9 +166,10 @@ class Design(eqx.Module):
     def to_petab(self, folder) -> dict:
         """Write the proposed experiment as PEtab tables into `folder`:
         `measurements_design.tsv` (one row per measurement, its predicted value as the
-        measurement, its sigma as the noise parameter), `conditions_design.tsv` (the
-        new conditions) and `observables_design.tsv` (the new observables). Returns
-        `{table: path}`.
+        measurement, its sigma as the noise parameter; the conditions of an imported
+        problem's experiments by their PEtab ids), `conditions_design.tsv` (the new
+        conditions) and `observables_design.tsv` (the new observables; a measurement of
+        one of the problem's outputs uses its observable). Returns `{table: path}`.
 
         **Raises:** `ValueError` for an observable given as a function (PEtab needs
         its formula)."""
@@ -196,21 +199,26 @@ def write_petab(d: Design, folder) -> dict:
                 f"{m.name!r} is observed through a function: PEtab needs its formula. "
                 "Give the candidate's observable as a name or an expression."
             )
-        oid = "design_" + _ident(m.observable)
-        obs[oid] = (m.observable, m.transform, oid)
-        cid = m.experiment
+        oid = m.observable if m.output else "design_" + _ident(m.observable)
+        if not m.output:
+            obs[oid] = (m.observable, m.transform)
+        # an imported problem's experiments are named 'preequilibration->simulation#k'
+        pre, _, cid = m.experiment.split("#")[0].rpartition("->")
+        cid = _ident(cid)
         if m.condition:
-            cid = _ident(m.experiment + "_" + "_".join(f"{k}_{v}" for k, v in m.condition))
+            cid = _ident(cid + "_" + "_".join(f"{k}_{v}" for k, v in m.condition))
             conds[cid] = dict(m.condition)
-        meas.append((oid, cid, m.time, m.value, m.sigma))
+        meas.append((oid, pre, cid, m.time, m.value, m.sigma))
     paths = {}
     head = ("observableId", "observableFormula", "observableTransformation", "noiseFormula",
             "noiseDistribution")  # fmt: skip
     rows = ["\t".join(head)]
-    rows += [f"{o}\t{f}\t{t}\tnoiseParameter1_{o}\tnormal" for o, (f, t, _) in obs.items()]
+    rows += [f"{o}\t{f}\t{t}\tnoiseParameter1_{o}\tnormal" for o, (f, t) in obs.items()]
     paths["observables"] = _write(folder, "observables_design.tsv", rows)
-    rows = ["observableId\tsimulationConditionId\ttime\tmeasurement\tnoiseParameters"]
-    rows += [f"{o}\t{c}\t{t!r}\t{v!r}\t{s!r}" for o, c, t, v, s in meas]
+    head = ("observableId", "preequilibrationConditionId", "simulationConditionId", "time",
+            "measurement", "noiseParameters")  # fmt: skip
+    rows = ["\t".join(head)]
+    rows += [f"{o}\t{p}\t{c}\t{t!r}\t{v!r}\t{s!r}" for o, p, c, t, v, s in meas]
     paths["measurements"] = _write(folder, "measurements_design.tsv", rows)
     keys = sorted({k for c in conds.values() for k in c})
     rows = ["\t".join(["conditionId", *keys])]

@@ -613,8 +613,8 @@ def estimate(
     `(N, q)` array of starts inside the bounds. The fits run one after another,
     compiled once, with a progress bar; `batch=B` runs `B` of them side by side (one
     `vmap`, in lockstep with the slowest). A fit is a chain of small solves,
-    latency-bound on a GPU: on an H100 a Boehm start took 23 s against 1.4 s on eight
-    CPU cores, so on a GPU machine every fit runs on the host's CPU, its estimate
+    latency-bound on a GPU (many times slower there than on the host's CPU;
+    docs/performance.md), so on a GPU machine every fit runs on the host's CPU, its estimate
     returned to the GPU (`JAXIDENT_FIT_DEVICE=default` fits on the GPU). Returns
     an `Estimate` of the best fit (its Wald standard errors from the Fisher
     information there) whose `fits` (a `ji.MultiStart`) holds every fit sorted by

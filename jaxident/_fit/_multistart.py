@@ -435,9 +435,9 @@ def _batch_size(batch, n: int) -> int:
     """Starts fitted side by side (one `vmap`): `batch`, default 1. Each fit's loop ends
     when it converges, while vmapped fits step in lockstep with the slowest lane (whose
     solves, from a random start in a stiff region, take thousands of steps) and compute
-    a trial point and sensitivities in every lane at every step. On an H100 (2026-11-26)
-    40 Boehm starts side by side took 0.79 s a step, 20 ms a start-step, where one start
-    alone took 17 ms a step: lockstep ate the GPU's width (benchmarks/README.md)."""
+    a trial point and sensitivities in every lane at every step. On a GPU 40 Boehm
+    starts side by side cost more per start-step than one start alone: lockstep ate
+    the GPU's width (docs/performance.md)."""
     if batch is None:
         return 1
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:

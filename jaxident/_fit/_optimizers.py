@@ -80,29 +80,26 @@ class FisherLM(AbstractOptimizer):
     `"expected"` (default): its Fisher information. `"smaller"`: the smaller of that and
     its observed curvature (`sum r^2` against the count of its data, for normal noise),
     so that a noise level far too large for the residuals comes down in a few steps
-    instead of half a unit of `ln sigma` a step (Fisher scoring's most). On 100 starts
-    (benchmarks/README): Perelson 54 converged in 15.6 s against the default's 53 in
-    28.7 s, Boehm 11 in 197.5 s against 24 in 183.5 s (the slow descent of the noise
-    levels fits the dynamics as least squares first, which finds Boehm's optimum more
-    often).
+    instead of half a unit of `ln sigma` a step (Fisher scoring's most): faster on
+    Perelson, but it finds Boehm's optimum less often (the slow descent of the noise
+    levels fits the dynamics as least squares first; benchmarks/README.md, `bench_fit`).
 
     `box`: what a step that leaves the box becomes. `"clip"` (default): each parameter
     clipped to its bound. `"face"`: the parameters it carries out go to the bound they
     cross and stay there, and the others' step is solved again with those fixed (one
     more `q x q` solve a step), so the trial is the model's minimiser on that face; for
-    fits with many parameters at bounds (benchmarks/README: on Zheng's 46 parameters,
-    33 of 100 fits at a 1,000-step cap against 69).
+    fits with many parameters at bounds (on Zheng's 46 parameters, half as many fits
+    reach the step cap; benchmarks/README.md).
 
     `scaling`: the curvatures that scale the damping. `"recent"` (default): Moré's
     running maximum of each parameter's curvature, halved at each accepted step and at
     most 1e4 times its curvature now, so that the curvatures of points left behind fade
     within a few steps. `"running"`: Moré's running maximum (still capped at 1e4 times
-    the curvature now), as before 2026-12-02. From far-off starts the curvatures fall by
-    orders of magnitude on the way, and their maximum held most of Schwen's 30
-    parameters still (on 100 starts, 89 fits ran to the 200-step cap, 1 converged in
-    1,885 s; benchmarks/README). On the same starts: Boehm 23 of 100 converged in 37.8 s
-    against 17 in 40.9 s (`"running"`) and 24 in 68.8 s (uncapped); Perelson 55 in
-    8.8 s against 54 in 9.1 s."""
+    the curvature now). From far-off starts the curvatures fall by orders of magnitude
+    on the way, and their running maximum holds most of the parameters still (on
+    Schwen's 30, nearly every fit ran to the step cap); the default converges more
+    starts per minute on Boehm, Perelson and Schwen (benchmarks/README.md,
+    `bench_fit`)."""
 
     rtol: float = 1e-8
     hierarchical: bool = False

@@ -602,7 +602,7 @@ class OptaxLD(eqx.Module):
     def minimise(self, outputs, to_theta, z0, data, sigma, free):
         """Run the optimiser; returns `(z, steps, result)`. `outputs(theta)` are the
         model outputs (flat), `to_theta(z)` the change of variables."""
-        import optax  # (0.1 s of `import jaxident` otherwise; only this method needs it)
+        import optax  # (kept out of `import jaxident`; only this method needs it)
 
         d = jnp.zeros_like(z0).at[0].set(1.0) if self.direction is None else self.direction
         M = directions_matrix(jnp.asarray(d, dtype=z0.dtype))

@@ -126,8 +126,8 @@ class SBMLModel(ODEModel):
     systems and in vmapped sweeps); a larger one `ji.BDF()` (variable order, its
     Jacobian and factorization kept across steps, the Jacobian by groups of columns
     from the formulas' sparsity), and its rates are evaluated by flux templates
-    (`_rolled`). Measured on one core (`benchmarks/README.md`): SalazarCavazos_MBoC2020
-    (75 states) with sensitivities 1.0 s by BDF against 8.4 s by Rodas4.
+    (`_rolled`): on SalazarCavazos_MBoC2020 (75 states) BDF's sensitivities are many
+    times faster than Rodas4's (`benchmarks/README.md`).
     """
 
     parameters: Parameters
@@ -377,9 +377,9 @@ def _rolled(names, state_ids, rules, rates):
     states; Chen_MSB2009: 1,558 of 3 over 500). Each form is evaluated once, on vectors
     gathered from `[parameters, states, rules, time]`, and each rate is its fluxes
     gathered, times their coefficients, summed: a program whose size grows with the
-    number of forms, not of reactions (SalazarCavazos' right-hand side and its Jacobian
-    compile in 0.6 and 2 s instead of 2.7 and 7; Chen's in 0.7 and 2.4 s instead of 11
-    and 27)."""
+    number of forms, not of reactions (SalazarCavazos' and Chen's right-hand sides and
+    Jacobians compile four to sixteen times faster than written out reaction by
+    reaction; `benchmarks/README.md`)."""
     terms, cores = [], {}
     for i, rate in enumerate(rates):
         for term in sp.Add.make_args(rate):

@@ -90,7 +90,7 @@ def sparse_lu_plan(pattern, max_fill: float = 0.125) -> SparseLUPlan | None:
 def _ordering(full: np.ndarray) -> np.ndarray:
     """Multiple minimum degree on the pattern of `A + A^T` (SuperLU's ordering, asked
     of a diagonally dominant matrix with this pattern, so that no pivoting moves it)."""
-    import scipy.sparse as sp  # (only for a plan: 0.11 s of `import jaxident` otherwise)
+    import scipy.sparse as sp  # (only for a plan: kept out of `import jaxident`)
     import scipy.sparse.linalg as spla
 
     n = full.shape[0]

@@ -560,8 +560,8 @@ def _matrix_at(problem, th, base, noise_model):
 def _for_one_answer(integrator: Integrator) -> Integrator:
     """The integrator of the report's few solves, compiled for an answer computed once
     (with `answering_once`: without LLVM's passes): a Rosenbrock solver's stages as a
-    loop where the choice was left to it (`unroll=None`). Boehm's first report compiles
-    0.5 s faster; its solves run 1.5x slower (6 ms against 4)."""
+    loop where the choice was left to it (`unroll=None`): a report's first call is
+    dominated by compilation, which this shortens more than the slower solves cost."""
     solver = integrator.solver
     if isinstance(solver, Rodas4) and solver.unroll is None:
         return eqx.tree_at(

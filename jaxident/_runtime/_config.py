@@ -17,16 +17,17 @@
   so that a second process does not trace them either.
 - On a CPU, jaxident's own compiled programs (the entry points' kernels and the sweeps)
   are compiled without XLA's fusion emitters (`compiler_options`), where this XLA knows
-  the option: 20-40% less compilation, and without YNNPACK's fusions of reductions
-  (its products stay): a large SBML model's sums of fluxes run 10-13% faster (E. coli's
-  sweep 5% slower). Nothing process-wide is changed for that.
-  `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion emitters (for a long CPU sweep of a
-  large model, whose run time they can shorten by 5-10%). The column selections are
-  compiled without LLVM's optimization passes besides (half the compilation, the same
-  run time); `JAXIDENT_OPTIMIZE=1` optimizes them too.
+  the option: less compilation, and without YNNPACK's fusions of reductions (its
+  products stay): a large SBML model's sums of fluxes run faster. Nothing process-wide
+  is changed for that. `JAXIDENT_FUSION_EMITTERS=1` keeps XLA's fusion emitters (for a
+  long CPU sweep of a large model, whose run time they can shorten). The column
+  selections are compiled without LLVM's optimization passes besides (less compilation,
+  the same run time); `JAXIDENT_OPTIMIZE=1` optimizes them too. The measurements behind
+  each choice: docs/performance.md, "Compiler options".
 - Fits run on the host's CPU where JAX's default backend is another (a GPU): a fit is a
-  chain of small solves, each a few hundred solver steps long, and on an H100 a Boehm
-  start took 23 s against 1.4 s on the CPU (benchmarks/README.md, "On a GPU").
+  chain of small solves, each a few hundred solver steps long: latency-bound, many
+  times slower on a GPU than on the host's CPU (docs/performance.md, "Sweeps over
+  devices and hosts").
   `JAXIDENT_FIT_DEVICE=default` fits on JAX's default device instead (`fit_device`).
   Sweeps and sensitivities stay on the default device: they gain from a GPU.
 """
@@ -66,8 +67,8 @@ def _enable_cache() -> None:
             return
         jax.config.update("jax_compilation_cache_dir", folder)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-            # Keep the small programs too (JAX's default keeps those over 1 s): a second
-            # process then compiles nothing at all, which saves about 0.6 s on lserc.
+            # Keep the small programs too (JAX's default keeps only the slow ones): a
+            # second process then compiles nothing at all.
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     unset = jax.config.jax_compilation_cache_max_size == -1
     if unset and "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
@@ -84,22 +85,15 @@ _enable_cache()
 
 
 # XLA's CPU fusion emitters (its default) compile a large program's many small fusions
-# one by one. Without them E. coli's sensitivity kernel (about 1,400 fusions) compiles in
-# 14 s instead of 21-23 s, and its sweep in 19-20 s instead of 28-33 s; run time ranges
-# from 10-16% faster (Boehm, 1,000 sensitivity samples in a sweep) to 5-10% slower
-# (E. coli's sensitivity, one call or a sweep).
-#
-# YNNPACK's products stay, its fusions of reductions do not: a large SBML model's rolled
-# right-hand side sums its fluxes into the states (`jnp.sum(coeffs * flux[cols], axis=1)`
-# in `_io/_sbml._rolled`), which XLA hands to YNNPACK as reduction fusions, slower there
-# than its own loops: SalazarCavazos' sensitivity call (75 states) 335-354 -> 303-320 ms,
-# Chen's (500 states, 155 parameters) 195 -> 172 s, its peak memory 1.39 -> 1.31 GB; the
-# small PEtab problems' single calls and sweeps unchanged (Boehm, Fujita, Schwen, Zheng,
-# within 3%); E. coli's sensitivity sweep (18 states, 121 parameters) 5% slower a sample
-# (801-822 -> 855-857 ms), its single call 1-2%. A choice per program (these fusions
-# off only where a rolled right-hand side is traced) is not built: the options are
-# chosen before the trace. (Without any YNNPACK fusion, products included, Chen's call
-# took over twice as long.)
+# one by one: without them a large model's kernels compile much faster, at run times
+# from somewhat faster to somewhat slower. YNNPACK's products stay, its fusions of
+# reductions do not: a large SBML model's rolled right-hand side sums its fluxes into
+# the states (`jnp.sum(coeffs * flux[cols], axis=1)` in `_io/_sbml._rolled`), which XLA
+# hands to YNNPACK as reduction fusions, slower there than its own loops (the large
+# networks gain, the small PEtab problems do not move, E. coli's sweep loses a little).
+# A choice per program (these fusions off only where a rolled right-hand side is
+# traced) is not built: the options are chosen before the trace. The measurements:
+# docs/performance.md, "Compiler options".
 _CPU_OPTIONS = {
     "xla_cpu_use_fusion_emitters": False,
     "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT",
@@ -130,16 +124,12 @@ def _cpu_options() -> dict | None:
 
 # The column selections (strong RRQR and the others: short loops of small linear
 # algebra) are compiled without LLVM's optimization passes (XLA's backend optimization
-# level 0), at the same run time: Zheng's 45-column selection compiles in 1.3 s instead
-# of 2.7 s, E. coli's 121 columns in 1.4 s instead of 2.5 s. Not the solves: Zheng's
-# sensitivity would compile in 9.1 s instead of 11.2 s but run in 49 ms instead of 29,
-# E. coli's compile in 11.4 s instead of 13.6 s but run in 2.7 s instead of 1.2 (levels
-# 1 and 2 compile no faster than 3). `JAXIDENT_OPTIMIZE=1` optimizes every program.
-# Without those passes, XLA's split of the code generation over threads (there to run
-# LLVM's passes in parallel) is overhead: compiled in one piece, SVIR's first `analyze`
-# compiles in 1.09 s of CPU instead of 1.32 (one core; Zheng's, on two, 3.4 s of wall
-# time instead of 3.6). The optimized programs keep the split (Zheng's sensitivity
-# compiles in 3.75 s of wall time on two cores with it, 4.35 s without).
+# level 0): half the compilation at the same run time. Not the solves, which would run
+# up to twice as slow (levels 1 and 2 compile no faster than 3). `JAXIDENT_OPTIMIZE=1`
+# optimizes every program. Without those passes, XLA's split of the code generation
+# over threads (there to run LLVM's passes in parallel) is overhead, so such a program
+# is compiled in one piece; the optimized programs keep the split. The measurements:
+# docs/performance.md, "Compiler options".
 _QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_parallel_codegen_split_count": 1}
 
 
@@ -162,8 +152,8 @@ def answering_once():
     """Within it, the solves that answer once (a sensitivity matrix, a prediction; not
     a fit's or a sweep's) compile without LLVM's passes as well: for a report's few
     solves (`ji.analyze`, which enters it itself) or a process that ends with its answer
-    (`jaxident analyze`), where compiling them faster (Zheng's sensitivity 9.1 s instead
-    of 11.2 s) outweighs running them slower."""
+    (`jaxident analyze`), where compiling them faster outweighs running them slower
+    (docs/performance.md, "Compiler options")."""
     before = _ANSWERING_ONCE[0]
     _ANSWERING_ONCE[0] = True
     try:

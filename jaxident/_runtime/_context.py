@@ -28,16 +28,16 @@ def is_traced(*trees) -> bool:
 def array_module(*trees):
     """NumPy for concrete `trees`, `jax.numpy` under a trace: a host-side computation on
     concrete values then compiles no small XLA programs (each new operation and shape
-    costs JAX 20-70 ms of compilation on a CPU, a third of a first `ji.analyze` of
-    Boehm's problem)."""
+    costs JAX a compilation: together a third of a first `ji.analyze` of Boehm's
+    problem)."""
     return jnp if is_traced(trees) else np
 
 
 def device_array(x, dtype=None):
     """`jnp.asarray(x, dtype)` without compiling: a concrete value goes to the default
     device by `jax.device_put` of its NumPy array (same dtype, not weakly typed, not
-    committed), where `jnp.asarray` compiles a small program for every new shape (about
-    10 ms of CPU each; ten of them on a first `jaxident analyze`). A JAX array, a tracer
+    committed), where `jnp.asarray` compiles a small program for every new shape (ten of
+    them on a first `jaxident analyze`). A JAX array, a tracer
     or a Python number (weakly typed by `jnp.asarray`) is given to `jnp.asarray`."""
     if isinstance(x, (jax.Array, jax.core.Tracer)) or type(x) in (int, float, complex):
         return jnp.asarray(x, dtype)

@@ -2,7 +2,7 @@
 
 JAX's persistent compilation cache (see `_config.py`) skips XLA's compilation in a second
 process, but not the tracing and lowering that come before it, which on a DAE or L-SERC
-kernel take 3-4 s. So `call(kernel, args)` serializes the lowered kernel with
+kernel take seconds. So `call(kernel, args)` serializes the lowered kernel with
 `jax.export` the first time, in `<compilation cache>/jaxident-exported/`, under a key of
 everything the trace depends on, and a later process deserializes it (milliseconds) and
 lets the compilation cache serve XLA's part.
@@ -216,8 +216,8 @@ def _is_sympy(x) -> bool:
 @functools.lru_cache(maxsize=1 << 16)
 def _srepr(expr) -> str:
     """sympy's exact text of an expression, kept per expression: a large SBML model's
-    formulas are keyed at every call of a kernel (SalazarCavazos' 618 rate laws took
-    about 0.2 s a call), and sympy's expressions are immutable and hashable."""
+    formulas are keyed at every call of a kernel (SalazarCavazos' 618 rate laws, at
+    every call), and sympy's expressions are immutable and hashable."""
     return sys.modules["sympy"].srepr(expr)
 
 
@@ -236,7 +236,7 @@ def _platform(args) -> str:
 
 # `(kernel, treedef, leaves' signature) -> (leaves, key)`: a repeated call (each
 # evaluation of a fit: a new tree of the same objects) keyed without fingerprinting the
-# whole tree again (about 1 ms of Boehm's 6.5 ms evaluation). Leaves other than JAX
+# whole tree again (a sixth of Boehm's evaluation). Leaves other than JAX
 # arrays count by identity, and only where they are immutable (`_FIXED`); they are held
 # here, so that their ids are not reused. The treedef compares static fields by value.
 _KEYS: dict = {}
@@ -331,7 +331,7 @@ def _compiled(exported, optimize: bool):
 
 # `id(array) -> (weak reference to it, its settled copy)`: the arrays of a problem that
 # a host-driven fit passes at every evaluation are settled once (16 `device_put`s were
-# 0.3-1.2 ms of Boehm's 5.7 ms evaluation). An entry leaves with its array.
+# up to a fifth of Boehm's evaluation). An entry leaves with its array.
 _SETTLED: dict = {}
 
 
@@ -447,8 +447,8 @@ _OPTIONED: dict = {}
 def _with_options(kernel, args, optimize: bool):
     """`kernel` compiled with `compiler_options` for where `args` are, without a kept
     copy (no cache folder, or arguments that cannot be keyed): the same program as
-    through the cache, which XLA's defaults compile up to 4x slower (the SVIR selection
-    8.3 s instead of 2.7 s). Jitted once per kernel and options; JAX's own cache then
+    through the cache, which XLA's defaults compile several times slower (the SVIR
+    selection). Jitted once per kernel and options; JAX's own cache then
     keys each call by its arguments, as for `kernel` itself."""
     options = compiler_options(_platform(args), optimize)
     fn = getattr(kernel, "__wrapped__", None)

@@ -106,8 +106,8 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     # set from the model's `jacobian_sparsity()` for one solve
     coloring: "_Coloring | None" = eqx.field(static=True, default=None, repr=False)
     # a sparse LU of `I - c J` (`_linalg/_sparse_lu.py`), used where given: not chosen
-    # by size, as its solves cost a few microseconds per level in XLA's CPU loop, so that
-    # Chen's 118 levels solve one column 1.5x slower than LAPACK's dense LU at 500 states
+    # by size, as its solves pay XLA's CPU loop per level, so that Chen's 118 levels
+    # solve one column slower than LAPACK's dense LU at 500 states
     # (benchmarks/bench_sparse_lu.py; benchmarks/README)
     sparse_lu: SparseLUPlan | None = eqx.field(static=True, default=None, repr=False)
 
@@ -376,10 +376,10 @@ def _system(solver: BDF, field, args, y0, rtol, atol, norm) -> tuple[_System, Ca
 
 # systems up to this many states keep `(I - c J)^{-1}` instead of its LU factors: on a
 # CPU a solve is then one product (fused with its neighbours up to `_FUSED_ROWS` rows)
-# instead of LAPACK's two triangular solves and a permutation, 3.5-25 times cheaper for
-# 8-75 states and 1-20 columns; the inverse costs a few more solves at each (rare)
-# refactorization. Measured up to Chen's 500 states, where a sensitivity call took 187 s
-# against 233 s (benchmarks/README.md).
+# instead of LAPACK's two triangular solves and a permutation, several times cheaper
+# for 8-75 states and 1-20 columns; the inverse costs a few more solves at each (rare)
+# refactorization. Measured up to Chen's 500 states, where it still gains
+# (benchmarks/README.md).
 _INVERSE_ROWS = 500
 
 

@@ -239,7 +239,7 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
         W = jnp.eye(n, dtype=dtype) / (h * _GAMMA) - J
         # The inverse (LAPACK's LU and solves), then a product per stage: for the small
         # systems this is written for, six batched products cost less than six pairs of
-        # triangular solves (measured on Boehm's 8 states: 1.4x faster over 1000 samples).
+        # triangular solves (measured on Boehm's 8 states over a sweep).
         W_inv = jnp.linalg.inv(W)
         one = h / h
         # time derivative of the right-hand side (zero, and not traced, for autonomous
@@ -301,9 +301,9 @@ def traced_once(solver: diffrax.AbstractSolver):
     is traced once. diffrax traces a step three times (twice to learn which of its
     outputs are static); as one jitted function, the later two reuse the first trace.
     On E. coli's sensitivities (the right-hand side under `jacfwd`, `linearize` and a
-    121-column `vmap` of `jvp` in every step) that is 1.4-2.1 s of tracing instead of
-    3.7-4.2 s. The jitted step (with its trace) lives as long as the context. Other
-    solvers are given as they are."""
+    121-column `vmap` of `jvp` in every step) that halves the tracing. The jitted step
+    (with its trace) lives as long as the context. Other solvers are given as they
+    are."""
     if not isinstance(solver, Rodas4) or solver.step_once is not None:
         yield solver
         return

@@ -24,9 +24,9 @@ Sources of every number, and where this model differs from the set-by-set paper:
   glucose balance scaled by C_x / rho_x = 1/65 (biomass concentration over specific
   weight), as in the curated model.
 - Measured species (Alberton et al., section 5.2): extracellular glucose, dhap, e4p,
-  pep, pyr, fdp, gap, rib5p, ribu5p, 2pg, g6p, f6p and 6pg, over 300 s (the horizon of
-  the experiment of Hoque et al. 2005). Their initial values are known (from the data);
-  the other five (xyl5p, g1p, pgp, 3pg, sed7p) are unknown and are parameters
+  pep, pyr, fdp, gap, rib5p, ribu5p, 2pg, g6p, f6p and 6pg, for t in [0, 300] (seconds:
+  the horizon of the experiment of Hoque et al. 2005). Their initial values are known
+  (from the data); the other five (xyl5p, g1p, pgp, 3pg, sed7p) are unknown and are parameters
   `x0_...`, with the curated model's values as nominal values. The experimental data of
   Hoque et al. are not available to us: `synthetic_data` generates measurements from
   the model with the paper's error model sigma = a y + b (eq. 26).
@@ -83,9 +83,9 @@ class EcoliChassagnole(ODEModel):
     Parameters: the 116 kinetic constants of the curated model (BIOMD0000000051) and
     the initial concentrations of the five unmeasured metabolites (`x0_xyl5p`,
     `x0_g1p`, `x0_pgp`, `x0_pg3`, `x0_sed7p`): 121 candidates for identification.
-    Outputs: the 13 measured species (`MEASURED`), over 300 s. Bounds: a factor of 10
-    either way of each nominal value. Stiff: integrated by `ji.Rodas4` (rtol 1e-7; a solve
-    about 4.5x faster than `diffrax.Kvaerno3` at the same tolerance).
+    Outputs: the 13 measured species (`MEASURED`), for t in [0, 300]. Bounds: a factor
+    of 10 either way of each nominal value. Stiff: integrated by `ji.Rodas4` (rtol 1e-7;
+    several times faster than `diffrax.Kvaerno3` at the same tolerance).
 
     See the module docstring for the sources and for how this differs from the 131
     kinetic parameters of Alberton et al. (who used Di Maggio et al.'s modified PFK and
@@ -130,7 +130,7 @@ class EcoliChassagnole(ODEModel):
     state_names: ClassVar = _STATE_NAMES
     output_names: ClassVar = MEASURED
     # Rodas4 at rtol 1e-7: outputs within 2e-5 (relative) of LSODA at rtol 1e-11 (the
-    # test), 0.03 s a solve against 0.15 s for Kvaerno3 (about 1,500 steps); far from the
+    # test), in a fifth of Kvaerno3's time (about 1,500 steps); far from the
     # nominal values the model can become very stiff, and a solve that needs more steps
     # counts as failed.
     integrator: ClassVar = Integrator(Rodas4(), rtol=1e-7, atol=1e-10, max_steps=20_000)

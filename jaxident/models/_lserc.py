@@ -144,7 +144,7 @@ class IVGTT(ODEModel):
     0.5, 0.05, 5.9). The minus signs of the G and X equations are as in the authors' code
     (the letter's typesetting lost them); I does not depend on G or X, so they do not
     affect what the insulin output can identify. Observations every minute (ours; the
-    authors used every 1/26 minute). Bounds are +-50 % (ours).
+    authors used 26 a minute). Bounds are +-50 % (ours).
     """
 
     description: ClassVar = "IVGTT glucose-insulin kinetics with a nonsmooth pump (eq. 27)"

@@ -376,3 +376,24 @@ def test_the_command_line_designs_and_writes_its_files(tmp_path, capsys):
     for bad, match in bad_lines:
         assert cli.main(["design", "sir", "--quiet", *bad]) == 2
         assert match in capsys.readouterr().err
+
+
+def test_scores_in_chunks_equal_one_batch(monkeypatch):
+    """The candidates scored in chunks (the last padded) give the scores of one batch."""
+    from jaxident._design import _design
+
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((2, 11, 3))
+    R = jnp.asarray(np.stack([np.triu(rng.standard_normal((3, 3))) for _ in range(2)]))
+    scorer = _design.Scorer(ji.RelativeTolerance(), ji.DOptimal(), jnp.ones((2, 3)), 20)
+    whole = _design._score_all(scorer, R, jnp.asarray(G))
+    monkeypatch.setattr(_design, "_CHUNK", 2 * 4 * 3 * 4)  # chunks of 4 candidates
+    parts = _design._scores(scorer, R, G)
+    for a, b in zip(whole, parts):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+
+
+def test_a_dae_model_is_refused_with_the_reason():
+    model = ji.models.load("nonsmooth_dae_example")
+    with pytest.raises(ValueError, match="ODE model"):
+        ji.design(model, ji.Candidate("x", [0.5]), 1, progress=False)

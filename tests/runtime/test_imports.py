@@ -4,9 +4,12 @@ lazy for the start-up time), and each layer subpackage importing only the layers
 it (as its `__init__` docstring says)."""
 
 import ast
+import io
 import pathlib
+import re
 import subprocess
 import sys
+import tokenize
 
 import jaxident
 
@@ -312,3 +315,43 @@ def test_import_leaves_the_lazy_dependencies_unloaded():
     code = "import sys, jaxident; print([m for m in ('optax', 'scipy') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# a date, a named accelerator, a measured duration or a speed-up: history, which lives
+# in git and in docs/performance.md and benchmarks/README.md, not in the code
+_HISTORY = re.compile(
+    r"\b20\d\d-\d\d-\d\d\b|\bH[12]00\b|\b\d+(?:\.\d+)?\s?(?:ms|s|seconds?|minutes?|min)\b(?![\w-])"
+    r"|\d(?:\.\d+)?x (?:faster|slower)"
+)
+
+
+def _history(extra: dict | None = None) -> list[str]:
+    """`module:line: text` for every date or timing in a docstring or a comment of the
+    package (`extra`: `{module: source}` appended, for the planted case)."""
+    found = []
+    for mod, f in _modules().items():
+        text = f.read_text() + (extra or {}).get(mod, "")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False) or ""
+                found += [f"{mod}: {m.group()}" for m in _HISTORY.finditer(doc)]
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                found += [
+                    f"{mod}:{tok.start[0]}: {m.group()}" for m in _HISTORY.finditer(tok.string)
+                ]
+    return found
+
+
+def test_no_date_or_timing_in_docstrings_and_comments():
+    """Docstrings and comments say what and why; measured numbers and dates live in
+    docs/performance.md, benchmarks/README.md and git (issue 83)."""
+    assert _history() == []
+    planted = '\ndef _probe():\n    """On an H100 (2026-11-26) 0.79 s a step."""\n# 1.5x faster\n'
+    found = _history({"jaxident._fit._multistart": planted})
+    assert len(found) == 4 and {f.split(": ")[1] for f in found} == {
+        "H100",
+        "2026-11-26",
+        "0.79 s",
+        "1.5x faster",
+    }
