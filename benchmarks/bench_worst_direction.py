@@ -41,15 +41,16 @@ def main():
 
     @jax.jit
     def adjoint(key):
-        F = _response_fn(aug, 1.0, "state", model.integrator)
-        _, vjp = jax.vjp(F, w)
+        F = _response_fn(aug, 1.0, ji.Response.state, model.integrator, throw=False)
+        _, vjp = jax.vjp(lambda v: F(v)[0], w)
         wd = ji.linalg.worst_direction(lambda z: vjp(z)[0], n, key, args.q, P)
         return wd.estimate, wd.direction
 
     @jax.jit
     def forward(w):
-        F = _response_fn(aug, 1.0, "state", model.integrator, forward=True)
-        J = jax.jacfwd(F)(w)[:, :n]
+        F = _response_fn(aug, 1.0, ji.Response.state, model.integrator, forward=True,
+                         throw=False)  # fmt: skip
+        J = jax.jacfwd(lambda v: F(v)[0])(w)[:, :n]
         _, s, Vt = jnp.linalg.svd(J)
         return s[0], Vt[0]
 

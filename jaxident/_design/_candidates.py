@@ -15,6 +15,7 @@ gradient of any design criterion is exact without differentiating the solver.
 """
 
 import copy
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import equinox as eqx
@@ -114,36 +115,43 @@ class Candidate(eqx.Module):
 
 
 class Observable(eqx.Module):
-    """A candidate's observable as a function `f(t, x, theta)` of the model, with the
-    text PEtab writes for it (`None` for a function)."""
+    """A candidate's observable: a model output (`output`, its index), a state
+    (`state`), or a function `fn(t, x, theta)` (an expression's, kept per text, or the
+    user's); with the text PEtab writes for it (`None` for a function). Equal
+    observables compare equal, so that a second design with the same candidates reuses
+    the compiled solve."""
 
-    fn: Callable = eqx.field(static=True)
     formula: str | None = eqx.field(static=True)
-    output: int | None = eqx.field(static=True)  # a model output's index
+    output: int | None = eqx.field(static=True, default=None)
+    state: int | None = eqx.field(static=True, default=None)
+    fn: Callable | None = eqx.field(static=True, default=None)
+
+    def value(self, model: AbstractModel, t, x, th):
+        if self.output is not None:
+            return jnp.atleast_1d(model.output(t, x, th))[self.output]
+        if self.state is not None:
+            return jnp.ravel(x)[self.state]
+        return self.fn(t, x, th)
 
 
 def observable(model: AbstractModel, what, base_outputs: int) -> Observable:
     """`what` (an output name, a state name, an expression or a function) as an
     `Observable` of `model`."""
     if callable(what):
-        return Observable(what, None, None)
+        return Observable(None, fn=what)
     outputs = tuple(model.output_names or ())[:base_outputs]
     if what in outputs:
-        i = outputs.index(what)
-
-        def output(t, x, th):
-            return jnp.atleast_1d(model.output(t, x, th))[i]
-
-        return Observable(output, what, i)
+        return Observable(what, output=outputs.index(what))
     states = tuple(model.state_names or ())
     if what in states:
-        i = states.index(what)
-        return Observable(lambda t, x, th: jnp.ravel(x)[i], what, None)
-    return Observable(_expression(what, states, model.parameters.names), what, None)
+        return Observable(what, state=states.index(what))
+    return Observable(what, fn=_expression(what, states, tuple(model.parameters.names)))
 
 
-def _expression(text: str, states, parameters) -> Callable:
-    """A sympy expression in the states, the parameters and `t`, as a jax function."""
+@functools.lru_cache(maxsize=256)
+def _expression(text: str, states: tuple, parameters: tuple) -> Callable:
+    """A sympy expression in the states, the parameters and `t`, as a jax function
+    (one per text and model names: a design again compiles nothing new)."""
     names = {s: sympy.Symbol(s) for s in (*states, *parameters, "t")}
     try:
         expr = sympy.parse_expr(text, local_dict=names, evaluate=True)
@@ -180,13 +188,13 @@ class Observed(AbstractSameParameters, AbstractTransformedODE):
     def output(self, t, x, theta):
         th = self.base_theta(theta)
         y = jnp.atleast_1d(self.base.output(t, x, th))
-        new = [jnp.asarray(o.fn(t, x, th), dtype=y.dtype) for o in self.observables]
+        new = [jnp.asarray(o.value(self.base, t, x, th), y.dtype) for o in self.observables]
         f = self.base.vector_field(t, x, th)
         rates = []
         for o in self.observables:
 
             def value(s, z, o=o):
-                return jnp.asarray(o.fn(s, z, th), y.dtype)
+                return jnp.asarray(o.value(self.base, s, z, th), y.dtype)
 
             rates.append(jax.jvp(value, (t, x), (jnp.ones_like(t), f))[1])
         parts = [y[: self.m], jnp.stack(new), jnp.stack(rates)]

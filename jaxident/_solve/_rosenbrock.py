@@ -67,7 +67,7 @@ def _fused_product(A, x, one):
 @_fused_product.def_vmap
 def _batched_product(axis_size, in_batched, A, x, one):
     # over a batch, XLA's reduction of the sum is slower than a batched `dot` (measured
-    # in benchmarks/README.md, "Small products fused into a Rosenbrock step")
+    # in benchmarks/README.md, "Inside the fit engine and the solvers")
     A, x = (v if b else jnp.broadcast_to(v, (axis_size, *v.shape)) for v, b in
             zip((A, x), in_batched[:2]))  # fmt: skip
     return jnp.einsum("bij,bj...->bi...", A, x), True
