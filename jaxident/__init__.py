@@ -147,7 +147,11 @@ from ._model._transforms_state import (
 )
 from ._problem._base import Experiment as Experiment, Problem as Problem
 from ._problem._measurements import MeasurementError as MeasurementError
-from ._problem._noise import Noise as Noise
+from ._problem._noise import (
+    AbstractNoise as AbstractNoise,
+    Laplace as Laplace,
+    Normal as Normal,
+)
 from ._problem._predict import (
     predict as predict,
     Prediction as Prediction,

@@ -29,7 +29,7 @@ from .._model._base import AbstractModel, DAEModel, Dependence, ODEModel
 from .._model._checks import n_outputs
 from .._model._transforms import AbstractSameParameters, AbstractTransformedODE
 from .._problem._base import parameter_columns, Problem
-from .._problem._noise import Noise
+from .._problem._noise import Normal
 from .._problem._scale import Scale
 from .._runtime._context import device_array
 
@@ -370,7 +370,7 @@ def _assembled(problem: Problem, model: Observed, blocks, keep, parts) -> Proble
         columns=columns,
         experiment_names=tuple(parts["names"]),
         transforms=tuple(transforms),
-        distributions=tuple(problem.distributions) + (Noise.normal,) * (2 * k),
+        distributions=tuple(problem.distributions) + (Normal(),) * (2 * k),
         noise_outputs=noise,
         override_text=None,
     )

@@ -21,7 +21,6 @@ from .._model._base import AbstractModel, Integrator
 from .._model._checks import check_model, check_theta, check_times, n_outputs
 from .._problem._base import from_scale, Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
-from .._problem._noise import Noise
 from .._problem._predict import predict
 from .._runtime._config import fit_device
 from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
@@ -571,7 +570,7 @@ def _best_of(problem: Problem, fits: MultiStart, fisher, integrator) -> Estimate
         fisher=jnp.asarray(fisher),
         fits=fits,
         scales=tuple(problem.scales),
-        kinks=any(d == Noise.laplace for d in problem.distributions),
+        kinks=any(d.kinks for d in problem.distributions),
     )
 
 

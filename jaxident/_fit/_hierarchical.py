@@ -34,7 +34,6 @@ import numpy as np
 from .._model._base import AbstractModel
 from .._model._checks import n_outputs
 from .._problem._base import Problem, unscale
-from .._problem._noise import Noise
 from .._problem._predict import likelihood, PLAIN_ADJOINT, solved_outputs
 from .._problem._scale import Scale
 
@@ -131,7 +130,7 @@ def _solvable(problem: Problem, cols, kind: str) -> str | None:
     if kind == "noise":
         return "" if len({problem.distributions[o - m] for o in cols}) == 1 else None
     transforms = {problem.transforms[o] for o in cols}
-    if {problem.distributions[o] for o in cols} != {Noise.normal} or len(transforms) != 1:
+    if not all(problem.distributions[o].quadratic for o in cols) or len(transforms) != 1:
         return None
     if kind == "offset":
         return OFFSET if transforms == {Scale.lin} else None

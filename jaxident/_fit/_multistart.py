@@ -22,7 +22,7 @@ from .._model._checks import check_count, check_theta
 from .._model._sampling import check_key, latin_hypercube
 from .._problem._base import Problem
 from .._problem._measurements import free_mask
-from .._problem._noise import Noise, per_output
+from .._problem._noise import per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._batches import batched
 from .._runtime._config import fit_device
@@ -56,18 +56,20 @@ def gradient_and_fisher(problem: Problem, out: Prediction, steps: bool = False):
     r, J = out.residuals, out.jacobian
     q = J.shape[-1]
     noises = problem.distributions
-    g = jnp.sum(per_output(noises, Noise.score, r, xp=jnp)[..., None] * J, axis=(0, 1, 2))
+    g = jnp.sum(per_output(noises, lambda d: d.score, r, xp=jnp)[..., None] * J, axis=(0, 1, 2))
     rows = J.reshape(-1, q)
     metric = jnp.sum(rows**2, axis=0)
     if out.noise_jacobian is not None:
         N = out.noise_jacobian  # sqrt(c) dsigma / sigma; 0 where unobserved
         c = jnp.asarray([d.scale_information for d in noises])
         n = N / jnp.sqrt(c)[..., None]
-        g = g + jnp.sum(per_output(noises, Noise.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2))
+        g = g + jnp.sum(
+            per_output(noises, lambda d: d.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2)
+        )
         expected = jnp.sum(N**2, axis=(0, 1, 2))
         metric = metric + expected
         if steps:
-            w = per_output(noises, Noise.scale_curvature, r, xp=jnp)[..., None]
+            w = per_output(noises, lambda d: d.scale_curvature, r, xp=jnp)[..., None]
             observed = jnp.sum(jnp.where(N != 0, w * N**2, 0.0), axis=(0, 1, 2))
             some = expected > 0
             ratio = jnp.where(some, observed / jnp.where(some, expected, 1.0), 1.0)

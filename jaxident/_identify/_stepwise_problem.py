@@ -18,7 +18,7 @@ from .._fit._solvers import LevenbergMarquardt
 from .._model._checks import check_theta
 from .._problem._base import from_scale, to_scale, unscale
 from .._problem._measurements import MeasurementError
-from .._problem._noise import Noise, per_output
+from .._problem._noise import per_output
 from .._problem._predict import predict
 from .._problem._scale import Scale
 from .._problem._sensitivity import sensitivity
@@ -290,7 +290,9 @@ class ProblemStepwise(StepwiseProblem):
         S = jnp.where(jnp.asarray(self.observed)[:, None], J / dlin * sigma0[:, None], 0.0)
         ok = bool(np.all(np.asarray(out.ok))) and bool(jnp.all(jnp.isfinite(S)))
         shape = self.problem.observed.shape
-        value = float(np.sum(per_output(self.problem.distributions, Noise.cost, r.reshape(shape))))
+        value = float(
+            np.sum(per_output(self.problem.distributions, lambda d: d.cost, r.reshape(shape)))
+        )
         return Point(jnp.asarray(theta_lin, float), r, S, ok, value)
 
     def start(self) -> Point:

@@ -17,7 +17,7 @@ import sympy as sp
 
 from .._model._parameters import Parameters
 from .._problem._base import Experiment, Problem
-from .._problem._noise import Noise
+from .._problem._noise import NOISES
 from .._problem._scale import Scale
 from .._runtime import _exported
 from ._sbml import initial_set, initial_value, read_sbml, sbml_model
@@ -428,7 +428,7 @@ def _observables(obs_df) -> _Observables:
                 placeholders[sym.name] = (oid, m.group(1), int(m.group(2)))
     known = {scale.value for scale in Scale}
     transforms = [t if t in known else _bad(f"observable transformation {t!r}") for t in transforms]
-    noises = {noise.value for noise in Noise}
+    noises = set(NOISES)
     distributions = [d if d in noises else _bad(f"noise distribution {d!r}") for d in distributions]
     return _Observables(observables, noise, transforms, distributions, placeholders)
 

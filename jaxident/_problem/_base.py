@@ -28,7 +28,7 @@ from .._model._parameters import Parameters
 from .._model._transforms import reparameterize
 from .._runtime._context import device_array
 from ._measurements import MeasurementError
-from ._noise import as_noises, Noise
+from ._noise import AbstractNoise, as_noises, Normal
 from ._scale import as_scales, Scale
 
 
@@ -223,7 +223,8 @@ class Problem(eqx.Module):
       are taken with respect to the parameters on these scales.
     - `transforms`, `distributions`: per model output, `"lin"`, `"log"` or `"log10"`
       (the data are compared on that scale, PEtab's observable transformation) and
-      `"normal"` or `"laplace"` (the noise distribution, a `ji.Noise`); default lin
+      `ji.Normal()` or `ji.Laplace()` (the noise distribution; PEtab's names `"normal"`,
+      `"laplace"` are taken too); default lin
       and normal.
 
     `parameters` of the result holds the nominal values and bounds on the estimation
@@ -247,7 +248,7 @@ class Problem(eqx.Module):
     pre_constant: Float[Array, "e pm"] | None
     experiment_names: tuple[str, ...] = eqx.field(static=True)
     transforms: tuple[str, ...] = eqx.field(static=True)
-    distributions: tuple[Noise, ...] = eqx.field(static=True)
+    distributions: tuple[AbstractNoise, ...] = eqx.field(static=True)
     noise_outputs: tuple[bool, ...] = eqx.field(static=True)
     noise_parameters: tuple[str, ...] = eqx.field(static=True)
     name: str = eqx.field(static=True)
@@ -263,7 +264,7 @@ class Problem(eqx.Module):
         parameters: Parameters | None = None,
         scales: Mapping[str, str] | None = None,
         transforms: Sequence[str] | None = None,
-        distributions: Sequence[str] | None = None,
+        distributions: Sequence[str | AbstractNoise] | None = None,
         *,
         noise_outputs: bool | Sequence[bool] = False,
         noise_parameters: Sequence[str] = (),
@@ -305,7 +306,7 @@ class Problem(eqx.Module):
             None if override_text is None else tuple(tuple(e) for e in override_text)
         )
         self.transforms = as_scales(transforms or (Scale.lin,) * m, "observable transformation")
-        self.distributions = as_noises(distributions or (Noise.normal,) * m, "noise distribution")
+        self.distributions = as_noises(distributions or (Normal(),) * m, "noise distribution")
         if len(self.transforms) != m or len(self.distributions) != m:
             raise ValueError(f"Give one transform and one distribution per output ({m}).")
         times, data, sigma, observed = _stacked(model, experiments, m)
@@ -414,7 +415,7 @@ class Problem(eqx.Module):
             refuse.append(f"parameters estimated on log scales ({', '.join(logs)})")
         if any(t != Scale.lin for t in self.transforms):
             refuse.append("observable transformations")
-        if any(d is not Noise.normal for d in self.distributions):
+        if not all(d.quadratic for d in self.distributions):
             refuse.append("Laplace noise")
         if any(self.noise_outputs) or self.noise_parameters:
             refuse.append("noise parameters")

@@ -29,7 +29,7 @@ from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
 from .._solve._steady_state import preequilibrated, steady_state, why_no_steady_state
 from ._base import Problem, unscale, unscale_derivative
-from ._noise import Noise, per_output
+from ._noise import per_output
 from ._scale import Scale
 
 
@@ -232,7 +232,7 @@ def likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
     r = jnp.where(observed, (tr - trd) / sigma, 0.0)
     noises = problem.distributions
     log_jac = jnp.stack([h[o].log_jacobian(data[..., o], jnp) for o in range(m)], axis=-1)
-    ll = per_output(noises, Noise.log_density, r, sigma, xp=jnp) - log_jac
+    ll = per_output(noises, lambda d: d.log_density, r, sigma, xp=jnp) - log_jac
     # a standard deviation at or below 0 has no likelihood (the normal density's
     # log(sigma^2) would not see the sign): -inf, which a fit's step never accepts
     ll = jnp.where(sigma > 0, ll, -jnp.inf)

@@ -196,7 +196,7 @@ def test_gradient_and_fisher_against_finite_differences(tmp_path):
         )
         path = write_petab(tmp_path / dist, parameters=pars, observables=obs, measurements=meas)
         problem = ji.petab.load(path)
-        assert problem.distributions == (dist,) and problem.transforms == (transform,)
+        assert str(problem.distributions[0]) == dist and problem.transforms == (transform,)
         theta = np.asarray(problem.parameters.nominal) + np.array([0.1, -0.05, 0.02, 0.03])
         out = ji.predict(problem, theta, jacobian=True, integrator=integ)
         g, H = eqx.filter_jit(gradient_and_fisher)(problem, out)
