@@ -185,9 +185,9 @@ def main():
                     help="jaxident's optimizers: lm (ji.FisherLM, default) and fides "
                          "(ji.Fides, 1,000 iterations, as pyPESTO); -h: hierarchical, the "
                          "observable scalings solved for in closed form; lm-smaller: "
-                         "ji.FisherLM(noise_curvature='smaller'); lm-face: "
-                         "ji.FisherLM(box='face'); lm-running: "
-                         "ji.FisherLM(scaling='running')")  # fmt: skip
+                         "ji.FisherLM(noise_curvature=ji.SmallerCurvature()); lm-face: "
+                         "ji.FisherLM(box=ji.Face()); lm-running: "
+                         "ji.FisherLM(scaling=ji.RunningMaximum())")  # fmt: skip
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})  # before JAX starts; pyPESTO inherits it
@@ -213,9 +213,11 @@ def main():
             if fides:
                 optimizer = ji.Fides(hierarchical=hier)
             else:
-                curvature = "smaller" if kind == "lm-smaller" else "expected"
-                box = "face" if kind == "lm-face" else "clip"
-                scaling = "running" if kind == "lm-running" else "recent"
+                curvature = (
+                    ji.SmallerCurvature() if kind == "lm-smaller" else ji.ExpectedCurvature()
+                )
+                box = ji.Face() if kind == "lm-face" else ji.Clip()
+                scaling = ji.RunningMaximum() if kind == "lm-running" else ji.FadingMaximum()
                 optimizer = ji.FisherLM(hierarchical=hier, noise_curvature=curvature, box=box,
                                         scaling=scaling)  # fmt: skip
             steps = 1000 if fides else args.max_steps

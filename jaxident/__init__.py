@@ -27,14 +27,28 @@ from ._fit._intervals import (
     likelihood_intervals as likelihood_intervals,
     LikelihoodInterval as LikelihoodInterval,
 )
-from ._fit._multistart import MultiStart as MultiStart
+from ._fit._multistart import (
+    AbstractNoiseCurvature as AbstractNoiseCurvature,
+    ExpectedCurvature as ExpectedCurvature,
+    MultiStart as MultiStart,
+    SmallerCurvature as SmallerCurvature,
+)
 from ._fit._optimizers import (
     AbstractOptimizer as AbstractOptimizer,
     Fides as Fides,
     FisherLM as FisherLM,
 )
 from ._fit._profile import Profile as Profile, profile as profile
-from ._fit._solvers import LevenbergMarquardt as LevenbergMarquardt, OptaxLD as OptaxLD
+from ._fit._solvers import (
+    AbstractBox as AbstractBox,
+    AbstractCurvatureScaling as AbstractCurvatureScaling,
+    Clip as Clip,
+    Face as Face,
+    FadingMaximum as FadingMaximum,
+    LevenbergMarquardt as LevenbergMarquardt,
+    OptaxLD as OptaxLD,
+    RunningMaximum as RunningMaximum,
+)
 from ._identify._css import (
     identifiability_frequency as identifiability_frequency,
     select_parameters as select_parameters,

@@ -4,9 +4,11 @@ Hessian (Fisher scoring), then with a secant of the rest of the Hessian added wh
 Fisher scoring alone would stop; it covers noise models with estimated parameters and
 Laplace noise. And the multi-start result with its waterfall plot."""
 
+import abc
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -30,52 +32,89 @@ from .._runtime._context import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (
+    Clip,
     LevenbergMarquardt,
     outcome,
     run_steps,
+    RunningMaximum,
     structured_secant as structured_secant,
 )
 
 
-def gradient_and_fisher(problem: Problem, out: Prediction, steps: bool = False):
+class AbstractNoiseCurvature(eqx.Module):
+    """How a fit's model of the cost curves along each estimated noise parameter."""
+
+    # whether the matrix stepped on is the Fisher information itself
+    fisher: ClassVar[bool]
+
+    @abc.abstractmethod
+    def matrix(self, noises, r, rows, N, expected, metric) -> tuple:
+        """The matrix a fit steps on (and, where it is not the Fisher information, the
+        curvatures of its damping), from the data's rows of the weighted Jacobian
+        `rows`, the noise rows `N` (`sqrt(c) dsigma / sigma`, or `None`), their expected
+        curvatures and the Fisher information's diagonal `metric`."""
+
+
+class ExpectedCurvature(AbstractNoiseCurvature):
+    """The Fisher information along the noise parameters (Fisher scoring; default)."""
+
+    fisher: ClassVar[bool] = True
+
+    def matrix(self, noises, r, rows, N, expected, metric):
+        full = rows if N is None else jnp.concatenate([rows, N.reshape(-1, rows.shape[-1])])
+        return (full.T @ full,)
+
+
+class SmallerCurvature(AbstractNoiseCurvature):
+    """Each noise parameter's part of the Fisher information `c n^T n` scaled down to its
+    observed curvature (`c r^2` and `c |r|` per datum in place of `c`, summed over the
+    data it sets) where that is the smaller: where a noise level is far too large for
+    the residuals, Fisher scoring moves `ln sigma` by at most 1/2 a step (a start at
+    sigma = 5e7 on Perelson took 37 steps down), while a step too long is cut by the
+    damping in a few rejected trials. At a noise level's optimum the two agree. The
+    damping stays scaled by the Fisher information (scaled by the smaller curvature, it
+    would not shorten the long step). Faster on Perelson, but it finds Boehm's optimum
+    less often (benchmarks/README.md)."""
+
+    fisher: ClassVar[bool] = False
+
+    def matrix(self, noises, r, rows, N, expected, metric):
+        if N is not None:
+            w = per_output(noises, lambda d: d.scale_curvature, r, xp=jnp)[..., None]
+            observed = jnp.sum(jnp.where(N != 0, w * N**2, 0.0), axis=(0, 1, 2))
+            some = expected > 0
+            ratio = jnp.where(some, observed / jnp.where(some, expected, 1.0), 1.0)
+            N = N * jnp.sqrt(jnp.minimum(ratio, 1.0))
+            rows = jnp.concatenate([rows, N.reshape(-1, rows.shape[-1])])
+        return rows.T @ rows, metric
+
+
+def gradient_and_fisher(problem: Problem, out: Prediction,
+                        curvature: AbstractNoiseCurvature = ExpectedCurvature()):  # fmt: skip
     """The gradient of the negative log-likelihood and the Fisher information, from a
     prediction with its Jacobian. With `r` the weighted residuals, `J = dr/dtheta` at
     fixed sigma and `n = dsigma/dtheta / sigma` (zero without a noise model that
     depends on the parameters): normal noise `g = sum r J + (1 - r^2) n`, Laplace noise
     `g = sum sign(r) J + (1 - |r|) n`; `F = J^T J + c n^T n` (`c` = 2 and 1).
 
-    `steps`: the matrix a fit steps on instead of `F`. Each noise parameter's part
-    `c n^T n` is scaled down to its observed curvature (`c r^2` and `c |r|` per datum
-    in place of `c`, summed over the data it sets) where that is the smaller: where a
-    noise level is far too large for the residuals, Fisher scoring moves `ln sigma` by
-    at most 1/2 a step (a start at sigma = 5e7 on Perelson took 37 steps down), while a
-    step too long is cut by the damping in a few rejected trials. At a noise level's
-    optimum the two agree (`sum r^2` = the count of its data, for normal noise). It
-    returns `(g, matrix, diag(F))`: the damping stays scaled by the Fisher information
-    (scaled by the smaller curvature, it would not shorten the long step)."""
+    `curvature`: the matrix a fit steps on (`AbstractNoiseCurvature.matrix`): `(g, F)`
+    for `ExpectedCurvature()`, `(g, matrix, diag(F))` for `SmallerCurvature()`."""
     r, J = out.residuals, out.jacobian
     q = J.shape[-1]
     noises = problem.distributions
     g = jnp.sum(per_output(noises, lambda d: d.score, r, xp=jnp)[..., None] * J, axis=(0, 1, 2))
     rows = J.reshape(-1, q)
     metric = jnp.sum(rows**2, axis=0)
+    N = expected = None
     if out.noise_jacobian is not None:
         N = out.noise_jacobian  # sqrt(c) dsigma / sigma; 0 where unobserved
         c = jnp.asarray([d.scale_information for d in noises])
         n = N / jnp.sqrt(c)[..., None]
-        g = g + jnp.sum(
-            per_output(noises, lambda d: d.scale_score, r, xp=jnp)[..., None] * n, (0, 1, 2)
-        )
+        score = per_output(noises, lambda d: d.scale_score, r, xp=jnp)
+        g = g + jnp.sum(score[..., None] * n, (0, 1, 2))
         expected = jnp.sum(N**2, axis=(0, 1, 2))
         metric = metric + expected
-        if steps:
-            w = per_output(noises, lambda d: d.scale_curvature, r, xp=jnp)[..., None]
-            observed = jnp.sum(jnp.where(N != 0, w * N**2, 0.0), axis=(0, 1, 2))
-            some = expected > 0
-            ratio = jnp.where(some, observed / jnp.where(some, expected, 1.0), 1.0)
-            N = N * jnp.sqrt(jnp.minimum(ratio, 1.0))
-        rows = jnp.concatenate([rows, N.reshape(-1, q)])
-    return (g, rows.T @ rows, metric) if steps else (g, rows.T @ rows)
+    return (g, *curvature.matrix(noises, r, rows, N, expected, metric))
 
 
 _NOISE = 1e-6  # the relative size of the cost's noise (solves at rtol 1e-8, summed)
@@ -112,19 +151,20 @@ def _objective(problem, integrator, error_mode, inner=None):
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         return jnp.where(good, -out.log_likelihood, jnp.inf)
 
-    def with_derivatives(theta, steps=False):
-        """`(f, g, F, good)`; with `steps`, `(f, g, matrix, good, metric)`: the matrix a
-        fit steps on and the curvatures of its damping (`gradient_and_fisher`; for a
-        hierarchical fit the Fisher information and its diagonal)."""
+    def with_derivatives(theta, curvature=ExpectedCurvature()):
+        """`(f, g, F, good)`; where `curvature` steps on another matrix than the Fisher
+        information, `(f, g, matrix, good, metric)`: that matrix and the curvatures of
+        its damping (`gradient_and_fisher`; for a hierarchical fit the Fisher
+        information and its diagonal)."""
         if inner is None:
             out = predicted(theta, True)
-            g, H, *metric = gradient_and_fisher(problem, out, steps)
+            g, H, *metric = gradient_and_fisher(problem, out, curvature)
         else:
             out, _, inside = hierarchical.prediction(problem, inner, theta, integrator, True)
             g, H = gradient_and_fisher(problem, out)
             g = g.at[jnp.asarray(inner.index)].set(0.0)
             H = hierarchical.outer_fisher(H, inner, inside)
-            metric = [jnp.diag(H)] if steps else []
+            metric = [] if curvature.fisher else [jnp.diag(H)]
         good = jnp.all(out.ok) & jnp.isfinite(out.log_likelihood)
         good = good & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(H))
         f = jnp.where(good, -out.log_likelihood, jnp.inf)
@@ -177,9 +217,17 @@ def filled(problem: Problem, theta, integrator, inner):
         return np.stack([np.asarray(one(t)) for t in theta])
 
 
+def _settings(settings):
+    """`(noise curvature, box, scaling)` of a compiled fit: `ji.FisherLM`'s, or the
+    engine's defaults."""
+    if settings is None:
+        return ExpectedCurvature(), Clip(), RunningMaximum()
+    return settings
+
+
 @eqx.filter_jit
 def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode, inner=None,
-                 observed=False, face=False, forget=1.0):  # fmt: skip
+                 settings=None):  # fmt: skip
     """One bounded fit from `theta0` (estimation scale) of the parameters where `free`
     (the others held at `theta0`: a profile), all in one compiled loop: a trial point
     costs one plain solve of every experiment, an accepted one a solve with
@@ -194,35 +242,36 @@ def _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
     if inner is not None:  # the scalings are solved for, not stepped
         free = free.at[jnp.asarray(inner.index)].set(False)
     theta0 = jnp.where(free, jnp.clip(theta0, lower, upper), theta0)
-    solver = LevenbergMarquardt(rtol=rtol, noise=_NOISE, ftol=_PROMISE, face=face, forget=forget)
+    curvature, box, scaling = _settings(settings)
+    solver = LevenbergMarquardt(rtol=rtol, noise=_NOISE, ftol=_PROMISE, box=box, scaling=scaling)
     fn = lambda theta, _: (nll(theta), None)  # noqa: E731
-    options = {"derivatives": lambda theta, _: with_derivatives(theta, steps=observed),
+    options = {"derivatives": lambda theta, _: with_derivatives(theta, curvature),
                "free": free, "bounds": (lower, upper)}  # fmt: skip
     state = solver.deferred_init(fn, theta0, options)
     theta, s, steps = run_steps(solver, fn, options, theta0, state, jnp.asarray(0), max_steps)
     result = outcome(solver, fn, options, theta, s, steps, max_steps)
     # (with noise parameters the matrix stepped on is not quite the Fisher information:
     # NaN, and `ji.estimate` computes it at the best fit)
-    fisher = jnp.full_like(s.H, jnp.nan) if observed and any(problem.noise_outputs) else s.H
+    exact = curvature.fisher or not any(problem.noise_outputs)
+    fisher = s.H if exact else jnp.full_like(s.H, jnp.nan)
     return theta, s.f, steps, result, at_bound(theta, lower, upper, free), fisher
 
 
 @eqx.filter_jit
 def _fit_problems(problem, thetas, free, integrator, max_steps, rtol, error_mode, inner=None,
-                  observed=False, face=False, forget=1.0):  # fmt: skip
+                  settings=None):  # fmt: skip
     """`_fit_problem` from every start in `thetas` side by side (one `vmap`): every lane
     steps until the slowest ends, and computes a trial point and its sensitivities at
     every step (an accepted point's `cond` becomes a select)."""
 
     def one(theta0):
         return _fit_problem(problem, theta0, free, integrator, max_steps, rtol, error_mode,
-                            inner, observed, face, forget)  # fmt: skip
+                            inner, settings)  # fmt: skip
 
     return jax.vmap(one)(thetas)
 
 
-def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, observed,
-              face, forget):  # fmt: skip
+def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, settings):
     with callback_free():
         out = call_kept(
             kernel,
@@ -234,9 +283,7 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, 
             jnp.asarray(rtol, float),
             on_error_mode(),
             inner,
-            observed,
-            face,
-            forget,
+            settings,
             device=fit_device(),
         )
     theta, nll, steps, result, bound, fisher = jax.tree.map(np.asarray, out)
@@ -256,22 +303,22 @@ def _call_fit(kernel, problem, theta, free, integrator, max_steps, rtol, inner, 
 
 
 def fit_once(problem, theta0, free, integrator, max_steps: int, rtol: float, inner=None,
-             observed: bool = False, face: bool = False, forget: float = 1.0):  # fmt: skip
+             settings=None):  # fmt: skip
     """One fit from the host, through the kept kernel (compiled once per problem and
     shapes): `(theta, nll, steps, result, at_bound, fisher)` as NumPy values (`fisher`:
     the Fisher information at `theta`, NaN for a hierarchical fit). With `inner`, a
     hierarchical fit (`_objective`), its scalings filled in at their optimum."""
     return _call_fit(_fit_problem, problem, theta0, np.asarray(free, bool), integrator,
-                     max_steps, rtol, inner, observed, face, forget)  # fmt: skip
+                     max_steps, rtol, inner, settings)  # fmt: skip
 
 
 def fit_batch(problem, thetas, free, integrator, max_steps: int, rtol: float, inner=None,
-              observed: bool = False, face: bool = False, forget: float = 1.0):  # fmt: skip
+              settings=None):  # fmt: skip
     """The fits from the starts `thetas` (`(B, q)`) side by side, through the kept
     kernel; as `fit_once`, each output with a leading axis of `B`."""
     with batched():
         return _call_fit(_fit_problems, problem, thetas, np.asarray(free, bool), integrator,
-                         max_steps, rtol, inner, observed, face, forget)  # fmt: skip
+                         max_steps, rtol, inner, settings)  # fmt: skip
 
 
 class MultiStart(eqx.Module):

@@ -14,7 +14,16 @@ import optimistix as optx
 
 from .._problem._base import Problem
 from ._hierarchical import only, scalings
-from ._multistart import at_bound, filled, fit_batch, fit_once, objective
+from ._multistart import (
+    AbstractNoiseCurvature,
+    at_bound,
+    ExpectedCurvature,
+    filled,
+    fit_batch,
+    fit_once,
+    objective,
+)
+from ._solvers import AbstractBox, AbstractCurvatureScaling, Clip, FadingMaximum
 
 
 class AbstractOptimizer(eqx.Module):
@@ -76,63 +85,36 @@ class FisherLM(AbstractOptimizer):
     other parameters alone; the estimate reports every parameter
     (`_fit/_hierarchical.py`).
 
-    `noise_curvature`: how the steps' model curves along each estimated noise parameter.
-    `"expected"` (default): its Fisher information. `"smaller"`: the smaller of that and
-    its observed curvature (`sum r^2` against the count of its data, for normal noise),
-    so that a noise level far too large for the residuals comes down in a few steps
-    instead of half a unit of `ln sigma` a step (Fisher scoring's most): faster on
-    Perelson, but it finds Boehm's optimum less often (the slow descent of the noise
-    levels fits the dynamics as least squares first; benchmarks/README.md, `bench_fit`).
-
-    `box`: what a step that leaves the box becomes. `"clip"` (default): each parameter
-    clipped to its bound. `"face"`: the parameters it carries out go to the bound they
-    cross and stay there, and the others' step is solved again with those fixed (one
-    more `q x q` solve a step), so the trial is the model's minimiser on that face; for
-    fits with many parameters at bounds (on Zheng's 46 parameters, half as many fits
-    reach the step cap; benchmarks/README.md).
-
-    `scaling`: the curvatures that scale the damping. `"recent"` (default): Moré's
-    running maximum of each parameter's curvature, halved at each accepted step and at
-    most 1e4 times its curvature now, so that the curvatures of points left behind fade
-    within a few steps. `"running"`: Moré's running maximum (still capped at 1e4 times
-    the curvature now). From far-off starts the curvatures fall by orders of magnitude
-    on the way, and their running maximum holds most of the parameters still (on
-    Schwen's 30, nearly every fit ran to the step cap); the default converges more
-    starts per minute on Boehm, Perelson and Schwen (benchmarks/README.md,
-    `bench_fit`)."""
+    `noise_curvature`: how the steps' model curves along each estimated noise
+    parameter: `ji.ExpectedCurvature()` (default: its Fisher information) or
+    `ji.SmallerCurvature()` (the smaller of that and its observed curvature). `box`:
+    what a step that leaves the box becomes: `ji.Clip()` (default) or `ji.Face()`.
+    `scaling`: how the curvatures that scale the damping carry over from step to step:
+    `ji.FadingMaximum()` (default: Moré's running maximum, halved at each accepted
+    step) or `ji.RunningMaximum()` (Moré's). Each says why and what it was measured to
+    do in its own docstring."""
 
     rtol: float = 1e-8
     hierarchical: bool = False
-    noise_curvature: str = eqx.field(default="expected", static=True)
-    box: str = eqx.field(default="clip", static=True)
-    scaling: str = eqx.field(default="recent", static=True)
+    noise_curvature: AbstractNoiseCurvature = eqx.field(default=ExpectedCurvature(), static=True)
+    box: AbstractBox = eqx.field(default=Clip(), static=True)
+    scaling: AbstractCurvatureScaling = eqx.field(default=FadingMaximum(), static=True)
     max_steps: ClassVar[int] = 256
 
-    def __check_init__(self):
-        if self.noise_curvature not in ("expected", "smaller"):
-            raise ValueError(
-                f"noise_curvature must be 'expected' or 'smaller', got {self.noise_curvature!r}."
-            )
-        if self.box not in ("clip", "face"):
-            raise ValueError(f"box must be 'clip' or 'face', got {self.box!r}.")
-        if self.scaling not in ("running", "recent"):
-            raise ValueError(f"scaling must be 'running' or 'recent', got {self.scaling!r}.")
-
-    def _settings(self):
+    def _settings(self) -> tuple:
         """The compiled fit's static settings: the noise curvature, the box and the
-        damping's memory (`LevenbergMarquardt`'s `face` and `forget`)."""
-        return (self.noise_curvature == "smaller", self.box == "face",
-                0.5 if self.scaling == "recent" else 1.0)  # fmt: skip
+        damping's scaling."""
+        return (self.noise_curvature, self.box, self.scaling)
 
     def fit(self, problem, theta0, free, integrator, max_steps):
         inner = self.inner(problem, free)
         return fit_once(problem, theta0, free, integrator, max_steps, self.rtol, inner,
-                        *self._settings())  # fmt: skip
+                        self._settings())  # fmt: skip
 
     def fit_batch(self, problem, thetas, free, integrator, max_steps):
         inner = self.inner(problem, free)
         return fit_batch(problem, thetas, free, integrator, max_steps, self.rtol, inner,
-                         *self._settings())  # fmt: skip
+                         self._settings())  # fmt: skip
 
 
 def failure(nll, result, max_steps: int) -> str:

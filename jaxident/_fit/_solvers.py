@@ -2,6 +2,7 @@
 that fits a model's least squares and a problem's likelihood, and the generalized-gradient
 method for nonsmooth models."""
 
+import abc
 from collections.abc import Callable
 from typing import Any, NamedTuple, TYPE_CHECKING
 
@@ -160,6 +161,71 @@ def structured_secant(S, d, y, H):
 _MARQUARDT = 1e-3  # a damping relative to each curvature (Marquardt's), for a restart
 
 
+class AbstractBox(eqx.Module):
+    """What a Levenberg-Marquardt step that leaves the box becomes, before it is
+    clipped to the box."""
+
+    @abc.abstractmethod
+    def step(self, g, jacobian, residual, y, step, held, lower, upper, model, damping):
+        """The step from `y` (`held`: the parameters held at their bounds)."""
+
+
+class Clip(AbstractBox):
+    """Each parameter that a step carries out of the box is clipped to its bound (the
+    default)."""
+
+    def step(self, g, jacobian, residual, y, step, held, lower, upper, model, damping):
+        return step
+
+
+class Face(AbstractBox):
+    """The parameters a step carries out of the box go to the bound they cross and stay
+    there, and the others' step is solved again with those fixed (one more `q x q`
+    solve a step): the trial is the model's minimiser on that face. For fits with many
+    parameters at bounds (Zheng's 46: half as many fits reach the step cap;
+    benchmarks/README.md)."""
+
+    def step(self, g, jacobian, residual, y, step, held, lower, upper, model, damping):
+        return _face_step(g, jacobian, residual, y, step, held, lower, upper, model, damping)
+
+
+class AbstractCurvatureScaling(eqx.Module):
+    """How the curvatures that scale the damping (Moré 1978) carry over from step to
+    step."""
+
+    @abc.abstractmethod
+    def accepted(self, scale2):
+        """The scaling curvatures after an accepted step (before the new point's
+        curvatures are taken into their maximum)."""
+
+
+class RunningMaximum(AbstractCurvatureScaling):
+    """Moré's running maximum of each parameter's curvature (capped at 1e4 times its
+    curvature now): the largest curvature seen scales the damping for the rest of the
+    fit."""
+
+    def accepted(self, scale2):
+        return scale2
+
+
+class FadingMaximum(AbstractCurvatureScaling):
+    """Moré's running maximum, multiplied by `factor` (default 1/2) at each accepted
+    step, so that the curvatures of points left behind fade within a few steps. From
+    far-off starts the curvatures fall by orders of magnitude on the way, and a running
+    maximum holds most of the parameters still (on Schwen's 30, nearly every fit ran to
+    the step cap); this converges more starts per minute on Boehm, Perelson and Schwen
+    (benchmarks/README.md). `ji.FisherLM`'s default."""
+
+    factor: float = eqx.field(default=0.5, static=True)
+
+    def __check_init__(self):
+        if not (isinstance(self.factor, (int, float)) and 0 < self.factor <= 1):
+            raise ValueError(f"factor must be in (0, 1], got {self.factor!r}.")
+
+    def accepted(self, scale2):
+        return self.factor * scale2
+
+
 class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     """The re-estimation engine: a bounded Levenberg-Marquardt with Moré's scaling and
     Nielsen's damping (Moré 1978; Nielsen 1999) on a Gauss-Newton model of the cost,
@@ -205,12 +271,10 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     `updates` (residual form only; default 0: the Jacobian at every accepted point;
     `m > 0`: between computed Jacobians, up to `m` Broyden rank-one updates from the
     residuals already evaluated, so a step costs about one model solve; the stopping
-    tests are made on a computed Jacobian only), `face` (default `False`: a step that
-    leaves the box is clipped to it; `True`: the unknowns it carries out are fixed on
-    the bounds they cross and the others' step solved again on that face), `norm` (for
-    optimistix's interface), `forget` (default 1: Moré's running maximum of the
-    curvatures scales the damping; below 1, the maximum is multiplied by it at each
-    accepted step, so that curvatures of points left behind fade).
+    tests are made on a computed Jacobian only), `box` (what a step that leaves the
+    box becomes: `ji.Clip()`, default, or `ji.Face()`), `norm` (for optimistix's
+    interface), `scaling` (how the curvatures that scale the damping carry over:
+    `ji.RunningMaximum()`, Moré's, default, or `ji.FadingMaximum(factor)`).
     The cost is `-log L`, or half the sum of squared residuals; below `floor` (1 for a
     likelihood, `eps` of the starting cost for residuals) only absolute changes count.
     """
@@ -223,8 +287,8 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
     norm: Callable[[PyTree], Array] = optx.max_norm
     updates: int = eqx.field(default=0, static=True)
     secant: bool | None = eqx.field(default=None, static=True)
-    face: bool = eqx.field(default=False, static=True)
-    forget: float = eqx.field(default=1.0, static=True)
+    box: AbstractBox = eqx.field(default=Clip(), static=True)
+    scaling: AbstractCurvatureScaling = eqx.field(default=RunningMaximum(), static=True)
 
     def __check_init__(self):
         for name in ("rtol", "atol", "ftol", "gtol"):
@@ -233,8 +297,12 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
                 raise ValueError(f"{name} must be >= 0, got {value}.")
         if not (isinstance(self.updates, int) and self.updates >= 0):
             raise ValueError(f"updates must be an integer >= 0, got {self.updates!r}.")
-        if not (isinstance(self.forget, (int, float)) and 0 < self.forget <= 1):
-            raise ValueError(f"forget must be in (0, 1], got {self.forget!r}.")
+        if not isinstance(self.box, AbstractBox):
+            raise TypeError(f"box must be ji.Clip() or ji.Face(), got {self.box!r}.")
+        if not isinstance(self.scaling, AbstractCurvatureScaling):
+            raise TypeError(
+                f"scaling must be ji.RunningMaximum() or ji.FadingMaximum(), got {self.scaling!r}."
+            )
 
     def _noise(self, residuals: bool):
         """The cost's relative noise, or None: no test against it (residuals)."""
@@ -305,7 +373,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             s = jax.lax.cond(s.refresh, lambda s: _recomputed(obj, y, s), lambda s: s, s)
         phases = self._phases(obj.residuals)
         trial, model, held, scale2, D2, mu = _damped_step(
-            s, y, lower, upper, free, phases, self.face
+            s, y, lower, upper, free, phases, self.box
         )
         # a deferred start (`deferred_init`) is evaluated here, at the same call sites
         # as every trial point, so that a compiled fit holds one copy of the model's
@@ -356,7 +424,7 @@ class LevenbergMarquardt(optx.AbstractLeastSquaresSolver):
             # maximum: curvatures from a start whose noise level was far too small (the
             # dynamics' scale with 1/sigma^2; 6e18 against 9 on a Perelson start) would
             # hold those parameters still for the rest of the fit
-            scale2=jnp.where(rescue, m2, jnp.where(accept, self.forget * scale2, scale2)),
+            scale2=jnp.where(rescue, m2, jnp.where(accept, self.scaling.accepted(scale2), scale2)),
             mu=jnp.where(rescue, _MARQUARDT, mu),
             nu=jnp.where(accept | rescue | refresh, 2.0, 2.0 * s.nu),
             slow=jnp.where(rescue | turn, False, jnp.where(accept, slow, s.slow)),
@@ -479,7 +547,7 @@ def outcome(solver, fn, options, y, state, steps, max_steps):
     )
 
 
-def _damped_step(s: _State, y, lower, upper, free, phases: bool, face: bool = False):
+def _damped_step(s: _State, y, lower, upper, free, phases: bool, box: AbstractBox = Clip()):
     """The trial point of one step from `y`: a Levenberg-Marquardt step in the box, on
     the Gauss-Newton model (or, in the second phase, with the structured secant where
     that is a descent), and the model, holds and damping it used."""
@@ -505,9 +573,7 @@ def _damped_step(s: _State, y, lower, upper, free, phases: bool, face: bool = Fa
         step = jnp.where(use, step2, step)
         model = jnp.where(use, HS, H)
     step = jnp.where(held, 0.0, step)
-    if face:
-        step = _face_step(s.g, s.jacobian, s.residual, y, step, held, lower, upper, model,
-                          mu * D2)  # fmt: skip
+    step = box.step(s.g, s.jacobian, s.residual, y, step, held, lower, upper, model, mu * D2)
     trial = jnp.clip(y + step, lower, upper)
     return trial, model, held, scale2, D2, mu
 

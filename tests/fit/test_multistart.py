@@ -209,13 +209,13 @@ def test_gradient_and_fisher_against_finite_differences(tmp_path):
         np.testing.assert_allclose(np.asarray(g), fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
         S = np.asarray(ji.sensitivity(problem, theta, integrator=integ).matrix)
         np.testing.assert_allclose(np.asarray(H), S.T @ S, rtol=1e-10, atol=1e-12)
-        # the matrix `FisherLM(noise_curvature="smaller")` steps on, its gradient `g`:
+        # the matrix `FisherLM(noise_curvature=ji.SmallerCurvature())` steps on, its gradient `g`:
         # each column's noise part scaled by the smaller of 1 and its observed over
         # expected curvature (sum w dS^2 / sum dS^2 over the noise rows, w = r^2 or |r|),
         # the data part and the damping's diagonal F's; with residuals a tenth of these
         # (the noise level ten times too large: the scaling is seen)
         small = eqx.tree_at(lambda o: o.residuals, out, out.residuals * 0.1)
-        g2, M, metric = eqx.filter_jit(gradient_and_fisher)(problem, small, True)
+        g2, M, metric = eqx.filter_jit(gradient_and_fisher)(problem, small, ji.SmallerCurvature())
         rows, noise = S[:6], S[6:]  # (six data: their rows, then their noise rows)
         r = 0.1 * np.asarray(out.residuals)[np.asarray(problem.observed)]
         w = r**2 if dist == "normal" else np.abs(r)

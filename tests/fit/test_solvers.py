@@ -256,7 +256,7 @@ def test_a_face_step_is_the_damped_models_minimiser_on_its_face():
 
 
 def test_face_steps_reach_scipys_bounded_optimum():
-    """`face=True` on the four-parameter decay with bounds that two parameters end at,
+    """`box=ji.Face()` on the four-parameter decay with bounds that two parameters end at,
     in both forms (residuals, and a cost with its gradient and Gauss-Newton matrix):
     SciPy's bounded least squares (`trf`), under `jit` and `vmap` over starts."""
     lower, upper = jnp.array([0.0, 1.5, 0.0, 0.0]), jnp.array([5.0, 5.0, 0.4, 1.0])
@@ -273,7 +273,7 @@ def test_face_steps_reach_scipys_bounded_optimum():
         r, J = _residual(y, data), jac(y, data)
         return 0.5 * jnp.sum(r**2), J.T @ r, J.T @ J, jnp.asarray(True)
 
-    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14, face=True)
+    solver = ji.LevenbergMarquardt(rtol=1e-12, atol=1e-14, box=ji.Face())
     starts = jnp.array([[1.0, 2.0, 0.1, 0.2], [4.0, 4.5, 0.0, 0.9], [0.5, 3.0, 0.35, 0.0]])
     for fn, extra in ((_residual, {}), (cost, {"derivatives": derivatives})):
         options = {"bounds": (lower, upper), **extra}
