@@ -130,10 +130,10 @@ from ._model._base import (
     AbstractSensitivityMethod as AbstractSensitivityMethod,
     AlgebraicModel as AlgebraicModel,
     DAEModel as DAEModel,
-    Dependence as Dependence,
     DifferentiateSolver as DifferentiateSolver,
     Integrator as Integrator,
     ODEModel as ODEModel,
+    ParameterDependence as ParameterDependence,
     SensitivityEquations as SensitivityEquations,
 )
 from ._model._nonsmooth import (
@@ -169,7 +169,6 @@ from ._problem._noise import (
 from ._problem._predict import (
     predict as predict,
     Prediction as Prediction,
-    problem_sensitivity as _problem_sensitivity,
 )
 from ._problem._scale import Scale as Scale
 from ._problem._sensitivity import (
@@ -182,19 +181,12 @@ from ._problem._sensitivity import (
 )
 from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report
-from ._runtime._deprecate import deprecated as _deprecated
 from ._solve._bdf import BDF as BDF
 from ._solve._rosenbrock import Rodas4 as Rodas4
 from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 
 
 __version__ = _config.version()
-
-# folded into one name each (issue 48); kept for one release
-problem_sensitivity = _deprecated(
-    _problem_sensitivity, "ji.problem_sensitivity", "ji.sensitivity(problem, theta)"
-)
-profile_problem = _deprecated(profile, "ji.profile_problem", "ji.profile(problem, name, values)")
 
 
 def __getattr__(name):

@@ -25,13 +25,13 @@ import numpy as np
 import sympy
 from jaxtyping import ArrayLike
 
-from .._model._base import AbstractModel, DAEModel, Dependence, ODEModel
+from .._model._base import AbstractModel, DAEModel, ODEModel, ParameterDependence
 from .._model._checks import n_outputs
 from .._model._transforms import AbstractSameParameters, AbstractTransformedODE
 from .._problem._base import parameter_columns, Problem
 from .._problem._noise import Normal
 from .._problem._scale import Scale
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 
 
 class Candidate(eqx.Module):
@@ -217,7 +217,7 @@ class Observed(AbstractSameParameters, AbstractTransformedODE):
         noise = ()
         if self.noise:
             noise = dep.outputs[self.m :] + tuple(frozenset() for _ in range(2 * k))
-        return Dependence(dep.dynamics, own + new + noise)
+        return ParameterDependence(dep.dynamics, own + new + noise)
 
 
 def observed_model(problem: Problem, observables) -> Observed:

@@ -29,8 +29,8 @@ from .._model._sampling import latin_hypercube
 from .._problem._base import Problem
 from .._problem._predict import estimation_units, predict_kernel, problem_sensitivity
 from .._problem._scale import Scale
-from .._runtime._context import device_array
 from .._runtime._equinox import checks_as_nan, on_error_mode
+from .._runtime._host import device_array
 from .._solve._forward import accuracy
 from ._candidates import (
     Block,

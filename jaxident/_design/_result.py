@@ -16,8 +16,8 @@ from jaxtyping import PRNGKeyArray
 from .. import plot
 from .._problem._base import Problem
 from .._report._result import Report
-from .._runtime._context import device_array
 from .._runtime._files import plain
+from .._runtime._host import device_array
 
 
 class Measurement(NamedTuple):

@@ -2,7 +2,6 @@
 `ji.profile`, `ji.set_by_set` and `ji.one_by_one` run."""
 
 import os
-import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -23,7 +22,7 @@ from .._problem._base import from_scale, Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
 from .._problem._predict import predict
 from .._runtime._config import fit_device
-from .._runtime._context import call_kept, callback_free, clean_errors, is_traced
+from .._runtime._host import call_kept, callback_free, clean_errors, is_traced
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._multistart import estimate_problem, MultiStart, objective
@@ -297,22 +296,6 @@ class Estimate(eqx.Module):
         figure."""
         self._multi("plot")
         return plot.multistart(self)
-
-    def _deprecated(self, name: str, new: str):
-        warnings.warn(
-            f"Estimate.{name} is deprecated (ji.estimate returns one result type, "
-            f"ji.Estimate, since 2026-11-28; a problem's fits are in .fits): use {new}.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return getattr(self._multi(name), name)
-
-    best = property(lambda self: self._deprecated("best", ".theta"))
-    best_nll = property(lambda self: self._deprecated("best_nll", "-.log_likelihood"))
-    nll = property(lambda self: self._deprecated("nll", ".fits.nll"))
-    starts = property(lambda self: self._deprecated("starts", ".fits.starts"))
-    order = property(lambda self: self._deprecated("order", ".fits.order"))
-    tol = property(lambda self: self._deprecated("tol", ".fits.tol"))
 
     def to_dict(self) -> dict:
         se = self.std_errors

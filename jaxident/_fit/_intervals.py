@@ -18,7 +18,7 @@ from .._model._base import Integrator
 from .._model._checks import check_count, check_theta
 from .._problem._base import check_problem, Problem
 from .._runtime._choice import Choice
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from ._multistart import objective
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 

@@ -28,7 +28,7 @@ from .._problem._noise import per_output
 from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._batches import batched
 from .._runtime._config import fit_device
-from .._runtime._context import call_kept, callback_free, on_error_mode
+from .._runtime._host import call_kept, callback_free, on_error_mode
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (

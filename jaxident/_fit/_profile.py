@@ -2,7 +2,6 @@
 multi-start engine's fit (`ji.estimate`'s optimizer); a model with data is a problem
 (`Problem.from_model`)."""
 
-import warnings
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -11,11 +10,10 @@ from jaxtyping import ArrayLike
 from tqdm.auto import tqdm
 
 from .. import plot
-from .._model._base import AbstractModel, Integrator
-from .._model._checks import check_count, check_model, check_theta
-from .._problem._base import Problem
-from .._runtime._context import clean_errors
-from .._solve._simulate import Trajectory
+from .._model._base import Integrator
+from .._model._checks import check_count, check_theta
+from .._problem._base import check_problem, Problem
+from .._runtime._host import clean_errors
 from ._intervals import extrapolate, restarts
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
@@ -76,17 +74,15 @@ class Profile(eqx.Module):
 
 @clean_errors
 def profile(
-    problem: Problem | AbstractModel,
-    # (a model's data and the name, in the deprecated form for a model with data)
-    name: str | Sequence[str] | ArrayLike | Trajectory | None = None,
-    values: ArrayLike | Sequence | str | None = None,
-    *legacy,
+    problem: Problem,
+    name: str | Sequence[str] | None = None,
+    values: ArrayLike | Sequence | None = None,
+    *,
     theta0: ArrayLike | dict | Sequence | None = None,
     integrator: Integrator | None = None,
     max_steps: int = 100,
     progress: bool = True,
     optimizer: AbstractOptimizer | None = None,
-    **legacy_kwargs,
 ) -> "Profile | dict[str, Profile]":
     """The profile likelihood (Raue et al. 2009; Schumann-Bischoff et al. 2016, Figs. 9
     and 18): hold the parameter `name` at each of `values` and re-estimate all the others
@@ -115,16 +111,7 @@ def profile(
     prof.slope()   # {'x1': ..., 'p1': < 0, 'p2': < 0, 'p3': ~ 0}
     ```
     """
-    if not isinstance(problem, Problem):  # the API edge: a model with data
-        problem, name, values = _from_model(problem, name, values, legacy, legacy_kwargs)
-    elif legacy or legacy_kwargs:
-        extra = [f"{len(legacy)} more positional argument(s)"] * bool(legacy)
-        raise TypeError(
-            "ji.profile(problem, name, values, *, theta0, integrator, max_steps, progress, "
-            "optimizer): "
-            f"a problem holds its data, times and noise; got also "
-            f"{', '.join(extra + list(legacy_kwargs))}."
-        )
+    check_problem(problem, "ji.profile")
     check_count("max_steps", max_steps)
     names = problem.parameters.names if name is None else name
     one = isinstance(names, str)
@@ -134,40 +121,6 @@ def profile(
         for n in ([names] if one else names)
     }
     return out[names] if one else out
-
-
-def _from_model(model, name, values, legacy, kwargs):
-    """`ji.profile(model, data, name, values, times, sigma=...)`, the form before a model
-    with data became a problem: the problem it means, its name and values, with a
-    deprecation warning."""
-    warnings.warn(
-        "ji.profile(model, data, name, values, times) is deprecated and will be removed "
-        "in the next release: use ji.profile(ji.Problem.from_model(model, data, times, "
-        "sigma), name, values).",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-    check_model(model)
-    if "data" in kwargs:  # ji.profile(model, data=..., name=..., values=...)
-        data, times = kwargs.pop("data"), kwargs.pop("times", None)
-        if legacy:
-            raise TypeError("ji.profile(model, data=..., name=..., values=...): too many "
-                            "arguments.")  # fmt: skip
-    else:  # the arguments shift by the data
-        data, name, values, times = name, values, *(tuple(legacy) + (None, None))[:2]
-        times = kwargs.pop("times", times)
-        if len(legacy) > 2:
-            raise TypeError("ji.profile(model, data, name, values, times): too many arguments.")
-    sigma = kwargs.pop("sigma", 1.0)
-    if kwargs:
-        raise TypeError(
-            f"{', '.join(kwargs)}: a profile is fitted by the problem engine, in the "
-            "parameters' bounds; give theta0, integrator, max_steps or progress."
-        )
-    if data is None or name is None or values is None:
-        raise TypeError("Give the data, the parameter's name and its values.")
-    data = data.ys if isinstance(data, Trajectory) else data
-    return Problem.from_model(model, data, times, sigma), name, values
 
 
 def _grid(values) -> np.ndarray:

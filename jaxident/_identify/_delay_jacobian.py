@@ -16,7 +16,7 @@ from .._model._base import Integrator, ODEModel
 from .._model._checks import check_model, check_theta
 from .._model._transforms_state import free_initial_state
 from .._problem._sensitivity import sensitivity
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from .._solve._simulate import simulate
 
 

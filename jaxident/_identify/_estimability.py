@@ -24,7 +24,7 @@ from .._linalg._rank import (
     warn_if_near_threshold,
 )
 from .._linalg._scaling import equilibrate
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from .._solve._sensitivity_result import Sensitivity
 
 

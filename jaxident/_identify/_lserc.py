@@ -20,7 +20,7 @@ from .._model._nonsmooth import directions_matrix, ld_jvp
 from .._model._transforms import fix_parameters
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
-from .._runtime._context import clean_errors, on_error_mode, run_kernel
+from .._runtime._host import clean_errors, on_error_mode, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
@@ -155,7 +155,7 @@ def _probe(target, theta, D, integrator, method: LSERC, on_error):
     rref pivots, and per direction the step of singularity probing (stage S3) in the
     parameters' units. Jitted so that the singularity-probing levels reuse its trace (a
     DAE solve costs seconds to trace); `on_error`, equinox's error mode while tracing,
-    is part of the cache key (see `jaxident._runtime._context.run_kernel`)."""
+    is part of the cache key (see `jaxident._runtime._host.run_kernel`)."""
     del on_error
     Ms = jax.vmap(directions_matrix)(D)
 

@@ -18,7 +18,7 @@ from .._model._base import AbstractModel, DAEModel, Integrator, ODEModel
 from .._model._checks import check_model, check_theta, n_outputs
 from .._model._transforms_state import free_initial_state
 from .._runtime._choice import Choice
-from .._runtime._context import clean_errors, run_kernel
+from .._runtime._host import clean_errors, run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 
 
@@ -42,7 +42,7 @@ class Perturbed(Choice):
 
 def _response_fn(model, t, response, integrator, forward=False, throw=True):
     """`F(w) = (R(w), status)`: the response at `t` and the status of its solve, with the
-    failure check compiled in when `throw is True` (see `jaxident._runtime._context.run_kernel`)."""
+    failure check compiled in when `throw is True` (see `jaxident._runtime._host.run_kernel`)."""
     times = jnp.reshape(jnp.asarray(t, dtype=float), (1,))
     adjoint = diffrax.ForwardMode() if forward else diffrax.RecursiveCheckpointAdjoint()
 

@@ -15,7 +15,7 @@ from .._model._parameters import Parameters
 from .._model._sampling import latin_hypercube
 from .._problem._base import Problem
 from .._runtime._choice import Choice
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
 from ._lserc_method import at_accuracy, LSERC, probe_directions
 from ._sweep import sweep

@@ -14,7 +14,7 @@ from .._linalg._sce import sce_estimate, similarity_index, wallis
 from .._model._base import Integrator, ODEModel
 from .._model._checks import check_model
 from .._model._transforms_state import PODModel
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from .._solve._simulate import simulate
 from ._perturb import PerturbationAnalysis
 

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .._model._base import AbstractModel, Integrator
 from .._problem._base import Problem
 from .._problem._measurements import MeasurementError
-from .._runtime._context import clean_errors
+from .._runtime._host import clean_errors
 from .._solve._simulate import Trajectory
 from ._stepwise_method import Procedure, Stepwise
 from ._stepwise_problem import ProblemStepwise, StepwiseProblem

@@ -27,7 +27,7 @@ import numpy as np
 import sympy as sp
 from jaxtyping import Array, ArrayLike, Float
 
-from .._model._base import Dependence, Integrator, ODEModel
+from .._model._base import Integrator, ODEModel, ParameterDependence
 from .._model._parameters import Parameters, ParameterValues
 from .._solve._bdf import BDF
 from .._solve._rosenbrock import Rodas4
@@ -286,7 +286,7 @@ class SBMLModel(ODEModel):
             pattern[i, [index[s] for s in _reached([rate], defs) if s in index]] = True
         return pattern
 
-    def parameter_dependence(self) -> Dependence:
+    def parameter_dependence(self) -> ParameterDependence:
         """The parameters in the formulas: of the rates, initial values, switching
         times and events (the solution), and of each observable, with the assignment
         rules (and the initial values' intermediate names) followed to the end."""
@@ -300,7 +300,9 @@ class SBMLModel(ODEModel):
         for tau, assignments, _ in (*self.events, *self.triggered):
             solution += [tau, *(e for _, e in assignments)]
         overrides = {f(s) for s in self.overrides for f in (initial_value, initial_set)}
-        return Dependence(reach(solution) | overrides, tuple(reach([o]) for o in self.observables))
+        return ParameterDependence(
+            reach(solution) | overrides, tuple(reach([o]) for o in self.observables)
+        )
 
 
 def _reached(exprs, defs: Mapping[str, sp.Expr]) -> set[str]:

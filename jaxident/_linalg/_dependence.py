@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._runtime._context import array_module
+from .._runtime._host import array_module
 from ._misc import after, column_norms, eps, matmul, reduce_to_square, svdvals, vector_norm
 from ._rank import AbstractRankRule, RelativeTolerance
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._runtime._context import array_module
+from .._runtime._host import array_module
 from ._misc import column_norms
 
 

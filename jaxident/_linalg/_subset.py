@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._runtime._context import clean_errors, device_array, run_kernel
+from .._runtime._host import clean_errors, device_array, run_kernel
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
 from ._dependence import dependence

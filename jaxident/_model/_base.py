@@ -261,7 +261,7 @@ class NonfiniteGuard(AbstractControllerWrapper):
         return keep, next_t0, next_t1, made_jump, (inner_state, count), result
 
 
-class Dependence(NamedTuple):
+class ParameterDependence(NamedTuple):
     """Which parameters (by name) a model's solution can depend on at all, `dynamics`
     (through its right-hand side, initial state, switching and event times and events),
     and, per output, which enter that output's formula directly, `outputs`. An output
@@ -295,8 +295,8 @@ class AbstractModel(eqx.Module):
     output_names: ClassVar[tuple[str, ...] | None] = None
     integrator: ClassVar[Integrator] = Integrator()
 
-    def parameter_dependence(self) -> Dependence | None:
-        """Which parameters the solution and each output can depend on (a `Dependence`),
+    def parameter_dependence(self) -> ParameterDependence | None:
+        """Which parameters the solution and each output can depend on (a `ParameterDependence`),
         or `None` (the default): any parameter may matter anywhere. A `ji.Problem`
         integrates, per experiment, only the sensitivity columns of the parameters its
         measured outputs depend on (as AMICI does per condition); a model read from

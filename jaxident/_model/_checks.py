@@ -15,7 +15,7 @@ import numpy as np
 from jax.experimental import checkify
 from jaxtyping import Array
 
-from .._runtime._context import device_array, is_traced
+from .._runtime._host import device_array, is_traced
 from ._base import AbstractModel, AlgebraicModel, DAEModel
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._runtime._context import array_module, device_array
+from .._runtime._host import array_module, device_array
 
 
 VectorLike = ArrayLike | Sequence

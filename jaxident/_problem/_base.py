@@ -26,7 +26,7 @@ from .._model._base import AbstractModel, AlgebraicModel
 from .._model._checks import check_model, n_outputs
 from .._model._parameters import Parameters
 from .._model._transforms import reparameterize
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 from ._measurements import MeasurementError
 from ._noise import AbstractNoise, as_noises, Normal
 from ._scale import as_scales, Scale

@@ -17,7 +17,7 @@ from .._model._base import Integrator
 from .._model._checks import check_theta
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
-from .._runtime._context import (
+from .._runtime._host import (
     call_kept,
     callback_free,
     device_array,

@@ -14,7 +14,7 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
-from .._runtime._context import clean_errors, run_kernel
+from .._runtime._host import clean_errors, run_kernel
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
     Sensitivity as Sensitivity,

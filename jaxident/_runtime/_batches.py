@@ -1,7 +1,7 @@
 """Whether the kernels being traced or called solve many samples side by side (a `vmap`
 over samples: `ji.sweep`'s lanes, a multi-start fit) or one at a time: a model that
 compiles differently for the two (an SBML model's stacking, `_io/_symbolic.stack`) is
-passed to kernels in the form that suits (`for_batches`, called by `_context.run_kernel`
+passed to kernels in the form that suits (`for_batches`, called by `_host.run_kernel`
 and `call_kept`). A performance choice only: both forms compute the same values."""
 
 import contextlib

@@ -9,7 +9,7 @@
   another folder, `JAXIDENT_CACHE=0` turns it off. Every compiled program is kept, not
   only those that took over a second (`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` set in
   the environment wins). JAX stores only programs without host callbacks: the sweeps,
-  and the entry points whose checks are made on the host (`_context.run_kernel`). The
+  and the entry points whose checks are made on the host (`_host.run_kernel`). The
   cache is bounded at 1 GiB (least recently used entries go first), which also makes JAX
   lock it, so that processes sharing it never read an entry another one is writing
   (`JAX_COMPILATION_CACHE_MAX_SIZE` set in the environment wins). The entry points'

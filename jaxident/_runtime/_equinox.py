@@ -1,6 +1,6 @@
 """The one place that reaches into equinox's private error machinery: its error mode
 (`EQX_ON_ERROR`), read while tracing, and switched to NaN for the kernels whose checks
-the host makes (`_context.run_kernel`). Equinox has no public way to choose, per trace,
+the host makes (`_host.run_kernel`). Equinox has no public way to choose, per trace,
 whether a library's `error_if` becomes a host callback or a NaN; this module is what to
 change when it does."""
 

@@ -24,7 +24,7 @@ from .._model._base import (
 from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
-from .._runtime._context import clean_errors, run_kernel
+from .._runtime._host import clean_errors, run_kernel
 from ._bdf import BDF, diffrax_solver, with_sparsity
 from ._rosenbrock import traced_once
 

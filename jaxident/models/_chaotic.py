@@ -25,7 +25,7 @@ from jaxtyping import Array, Float
 
 from .._model._base import Integrator, ODEModel
 from .._model._parameters import Parameters
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 
 
 def _params(names, values):

@@ -44,7 +44,7 @@ from .._model._base import Integrator, ODEModel
 from .._model._parameters import Parameters
 from .._model._transforms import fix_parameters
 from .._problem._sensitivity import sensitivity
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 from .._solve._rosenbrock import Rodas4
 from .._solve._simulate import simulate
 from ._ecoli_data import (

@@ -26,7 +26,7 @@ from jaxtyping import Array, Float
 
 from .._model._base import ODEModel
 from .._model._parameters import Parameters
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 
 
 N_POP = 332.6

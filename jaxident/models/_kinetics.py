@@ -9,7 +9,7 @@ from jaxtyping import Array, Float
 
 from .._model._base import ODEModel
 from .._model._parameters import Parameters
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 
 
 # Fuguitt & Hawkins (1947), as tabulated by Box, Hunter, MacGregor & Erjavec (1973):

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._model._base import AlgebraicModel
 from .._model._parameters import Parameters
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 from .._solve._simulate import simulate
 
 

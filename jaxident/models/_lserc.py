@@ -15,7 +15,7 @@ from jaxtyping import Array, Float
 from .._model._base import DAEModel, ODEModel
 from .._model._nonsmooth import nabs, nmax, nmid
 from .._model._parameters import Parameters
-from .._runtime._context import device_array
+from .._runtime._host import device_array
 
 
 class NonsmoothDAEExample(DAEModel):

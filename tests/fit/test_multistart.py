@@ -18,7 +18,7 @@ from models_for_tests import Decay, decay_data
 import jaxident as ji
 from jaxident import cli
 from jaxident._fit._multistart import _fit_problem, gradient_and_fisher, structured_secant
-from jaxident._runtime._context import on_error_mode
+from jaxident._runtime._host import on_error_mode
 
 
 def _closed_form_fit(t, y, sigma):
@@ -88,10 +88,9 @@ def test_a_problems_estimate_has_the_wald_covariance():
     assert "+- marginal Wald standard errors" in repr(est) and est.to_dict()["fits"]["starts"] == 2
     held = ji.estimate(problem, starts=2, free=["k"], theta0=[0.5, 2.0], progress=False)
     assert held.held == ("V",) and held.std_errors[1] == 0.0 and np.isfinite(held.std_errors[0])
-    for old, new in (("best", est.theta), ("best_nll", -est.log_likelihood),
-                     ("nll", est.fits.nll), ("tol", 0.1)):  # fmt: skip
-        with pytest.warns(DeprecationWarning, match=f"Estimate.{old} is deprecated"):
-            np.testing.assert_array_equal(getattr(est, old), new)
+    # one name per thing: the table of fits is `fits`, not a second set of names
+    for old in ("best", "best_nll", "nll", "tol", "order", "starts"):
+        assert not hasattr(est, old) and hasattr(est.fits, old)
     with pytest.raises(AttributeError, match="has one fit; give starts="):
         _ = ls.n_at_best
 
@@ -405,8 +404,10 @@ def test_profile_of_a_problem_against_the_closed_form(tmp_path):
     assert set(both) == {"k", "V"} and both["V"].values.size == 15
     prof.plot().savefig(tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10_000
-    with pytest.raises(TypeError, match="holds its data"):
+    with pytest.raises(TypeError, match="positional"):  # a problem holds its data
         ji.profile(problem, y, "k", values)
+    with pytest.raises(TypeError, match="Problem"):  # a model with data becomes one first
+        ji.profile(Decay(), "k", values)
 
 
 class _Broken(Decay):

@@ -39,7 +39,7 @@ class Spiral(ji.ODEModel):
         return th.s * x[0] + th.o
 
     def parameter_dependence(self):
-        return ji.Dependence(frozenset({"w", "c", "a"}), (frozenset({"s", "o"}),))
+        return ji.ParameterDependence(frozenset({"w", "c", "a"}), (frozenset({"s", "o"}),))
 
 
 def _experiments():
@@ -162,7 +162,7 @@ class WrongDependence(ji.ODEModel):
         return x[0]
 
     def parameter_dependence(self):
-        return ji.Dependence(frozenset({"k"}), ())
+        return ji.ParameterDependence(frozenset({"k"}), ())
 
 
 def test_a_wrong_dependence_declaration_is_refused():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxident as ji
-from jaxident._runtime._context import device_array
+from jaxident._runtime._host import device_array
 
 
 _EVENTS = collections.Counter()

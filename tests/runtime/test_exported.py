@@ -344,7 +344,7 @@ def test_checks_traced_once_as_callbacks_are_nan_inside_the_context():
     """An equinox check traced first as a host callback is traced as NaN inside
     `callback_free` (else a fit kernel could not be kept after, say, a simulation had
     traced the same diffrax check), and as a callback again after it."""
-    from jaxident._runtime._context import callback_free
+    from jaxident._runtime._host import callback_free
 
     def check(x):
         return eqx.error_if(x, x < 0, "negative")
@@ -369,7 +369,7 @@ def test_why_the_equinox_hook_is_still_needed():
     `checks_as_nan`, and keep `throw=False` on every library call."""
     import diffrax
 
-    from jaxident._runtime._context import callback_free
+    from jaxident._runtime._host import callback_free
 
     def solve(ts):
         term = diffrax.ODETerm(lambda t, y, args: -y)

@@ -229,7 +229,6 @@ PROBLEM_FORKS = {
     # the API edge: a model or a problem in, one object out
     ("jaxident._report._analyze", "_as_problem"): "a model alone becomes a problem",
     ("jaxident._design._design", "_checked"): "a model alone becomes a problem",
-    ("jaxident._fit._profile", "profile"): "the deprecated form for a model with data",
     ("jaxident._identify._lserc", "outputs_of"): "ModelOutputs or ProblemOutputs",
     ("jaxident.cli", "cmd_fit"): "a model name has no data to fit",
     ("jaxident.cli", "cmd_analyze"): "a model name or a PEtab file",

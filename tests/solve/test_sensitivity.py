@@ -199,7 +199,7 @@ def test_one_throw_convention_on_the_host_under_jit_vmap_and_in_a_sweep():
     assert np.all(np.isnan(np.asarray(swept.values.matrix[0])))
     good = ji.sensitivity_matrix(model, thetas[1])
     np.testing.assert_allclose(np.asarray(swept.values.matrix[1]), np.asarray(good), rtol=1e-12)
-    import jaxident._runtime._context as context
+    import jaxident._runtime._host as context
 
     assert not any("ContextVar" in type(v).__name__ for v in vars(context).values())
 
