@@ -354,3 +354,105 @@ def test_no_date_or_timing_in_docstrings_and_comments():
         "0.79 s",
         "1.5x faster",
     }
+
+
+def test_equinox_internals_only_in_one_documented_module():
+    """No patch of another library's internals but the one DESIGN.md documents:
+    `_runtime/_equinox.py` (equinox's error mode, read and switched per trace)."""
+    found = []
+    for mod, f in _modules().items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            found += [(mod, n) for n in names if n.startswith("equinox._")]
+    assert found == [("jaxident._runtime._equinox", "equinox._errors")]
+
+
+def _string_compared(extra: str = "") -> set:
+    """`(module, function)` of every function that compares a value with a string
+    constant (the command line apart: strings belong there)."""
+
+    def text(o):
+        if isinstance(o, (ast.Tuple, ast.Set, ast.List)):
+            return any(text(e) for e in o.elts)
+        return isinstance(o, ast.Constant) and isinstance(o.value, str)
+
+    out = set()
+    for mod, fn in _functions(extra):
+        if mod == "jaxident.cli":
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Compare) and any(
+                text(o) for o in (node.left, *node.comparators)
+            ):
+                out.add((mod, fn.name))
+    return out
+
+
+# where a string is compared because text is what is read: the environment, the
+# platform, files (PEtab, SBML, JSON keys), other libraries' modes and messages, names,
+# and printouts
+STRINGS_READ = {
+    ("jaxident", "__getattr__"): "a lazily imported public name",
+    ("jaxident._design._candidates", "__init__"): "a function's name as a label",
+    ("jaxident._design._design", "rows"): "the platform",
+    ("jaxident._design._result", "text"): "a printout",
+    ("jaxident._fit._estimate", "summary"): "a printout",
+    ("jaxident._fit._kept", "_checksum"): "a JSON record's keys",
+    ("jaxident._identify._reduction", "__repr__"): "a printout",
+    ("jaxident._identify._sweep", "_compiled_for"): "the platform",
+    ("jaxident._identify._sweep", "_lanes"): "the platform",
+    ("jaxident._io._petab", "__init__"): "PEtab's tables",
+    ("jaxident._io._petab", "_build_model"): "PEtab's tables",
+    ("jaxident._io._petab", "_linted"): "the PEtab linter's report",
+    ("jaxident._io._petab", "_overrides"): "PEtab's tables",
+    ("jaxident._io._petab", "_parameters"): "PEtab's tables",
+    ("jaxident._io._petab", "_warn_priors"): "PEtab's tables",
+    ("jaxident._io._petab", "emit"): "PEtab's tables",
+    ("jaxident._io._petab", "overrides_of"): "PEtab's tables",
+    ("jaxident._io._sbml", "_unsupported"): "SBML's elements",
+    ("jaxident._linalg._selection", "__repr__"): "a printout",
+    ("jaxident._model._checks", "check_model_shapes"): "JAX's error message",
+    ("jaxident._report._result", "_practical_lines"): "a printout",
+    ("jaxident._runtime._config", "_cpu_options"): "the environment",
+    ("jaxident._runtime._config", "_default_cache_dir"): "the environment",
+    ("jaxident._runtime._config", "_enable_cache"): "the environment",
+    ("jaxident._runtime._config", "_quick_options"): "the environment",
+    ("jaxident._runtime._config", "compiler_options"): "the platform",
+    ("jaxident._runtime._config", "fit_device"): "the environment and the platform",
+    ("jaxident._runtime._equinox", "as_nan"): "equinox's error modes",
+    ("jaxident._runtime._equinox", "checks_as_nan"): "equinox's error modes",
+    ("jaxident._runtime._exported", "_export"): "the platform",
+    ("jaxident._runtime._exported", "_is_sympy"): "a module's name",
+    ("jaxident._runtime._exported", "cache_folder"): "a path",
+    ("jaxident._runtime._host", "_check"): "equinox's error modes",
+    ("jaxident._solve._forward", "init"): "diffrax's options",
+    ("jaxident.models._ecoli", "vector_field"): "a state's name in the curated model",
+    ("jaxident.plot", "intervals"): "a printout",
+    ("jaxident.plot", "profiles"): "a printout",
+}
+# behaviour still chosen by comparing a string: to become objects (issue 83); the list
+# only shrinks
+STRINGS_CHOOSING = {
+    ("jaxident._fit._hierarchical", "_candidates"): "scaling kinds as tags",
+    ("jaxident._fit._hierarchical", "_paired"): "scaling kinds as tags",
+    ("jaxident._fit._hierarchical", "_solvable"): "scaling kinds as tags",
+    ("jaxident._identify._lserc_method", "__check_init__"): "twin partners by name",
+    ("jaxident._problem._predict", "estimation_units"): "a parameter's scale",
+    ("jaxident._problem._sensitivity", "_sensitivity"): "scale='relative'",
+    ("jaxident._problem._sensitivity", "_sensitivity_message"): "scale='relative'",
+    ("jaxident._problem._sensitivity", "sensitivity"): "scale='relative'",
+    ("jaxident._report._structure", "box"): "a parameter's scale",
+    ("jaxident.models._linear", "initial_estimates"): "an ordering by name",
+}
+
+
+def test_strings_select_no_behaviour_but_the_listed():
+    """Behaviour is chosen by objects (noise models, optimizer strategies, rank rules,
+    criteria); a string is compared only where text is read (`STRINGS_READ`), or in the
+    places still to mend (`STRINGS_CHOOSING`)."""
+    planted = '\ndef _probe(box):\n    return 1 if box == "face" else 0\n'
+    _ratchet(_string_compared, {**STRINGS_READ, **STRINGS_CHOOSING}, planted)
