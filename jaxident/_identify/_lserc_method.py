@@ -84,8 +84,6 @@ class LSERC(eqx.Module):
             raise ValueError("twin and singular (epsilon_twin, epsilon_sing) must be >= 0.")
         if not isinstance(self.q, int) or self.q < 0 or self.q > 3:
             raise ValueError(f"q must be an integer in [0, 3], got {self.q!r}.")
-        if self.twin_partners not in ("next", "all"):
-            raise ValueError(f"twin_partners must be 'next' or 'all', got {self.twin_partners!r}.")
         if not self.rref_tol > 0:
             raise ValueError(f"rref_tol must be positive, got {self.rref_tol}.")
 

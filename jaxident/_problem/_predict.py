@@ -414,4 +414,4 @@ def estimation_units(problem: Problem, theta) -> np.ndarray:
     log unit there, free of the parameter's units), the box width on a linear one
     (`|theta|` where the box is unbounded, 1 at 0)."""
     lin = np.asarray(box_units(problem.parameters.lower, problem.parameters.upper, theta))
-    return np.where(np.asarray(problem.scales) == "lin", lin, 1.0)
+    return np.asarray([Scale(s).unit(w) for s, w in zip(problem.scales, lin)], dtype=float)

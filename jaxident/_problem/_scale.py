@@ -60,6 +60,12 @@ class Scale(Choice):
             return xp.zeros_like(x)
         return xp.log(x) if self is Scale.log else xp.log(x) + math.log(_LN10)
 
+    def unit(self, width: ArrayLike) -> ArrayLike:
+        """The size of a unit move on this scale that makes parameters compare: the
+        box's `width` on the linear scale (a move across the box), 1 on a log one (a
+        factor `e` or 10, free of the parameter's units)."""
+        return width if self is Scale.lin else np.ones_like(width)
+
     def per_log_unit(self, x: ArrayLike) -> ArrayLike:
         """`x h'(x)`: how far the value on this scale moves when `x` grows by a factor
         `e` (to first order): `x`, `1` or `1 / ln 10`."""

@@ -50,6 +50,7 @@ import numpy as np
 from .._linalg._dependence import Dependence, dependence
 from .._linalg._rank import AbstractRankRule
 from .._model._sampling import latin_hypercube
+from .._problem._scale import Scale
 
 
 POINTS = 8  # of the Latin-hypercube sample of the generic check
@@ -124,7 +125,7 @@ def box(lower, upper, theta, scales) -> tuple[np.ndarray, np.ndarray]:
     """The box to sample: the bounds, an infinite one replaced by a decade (log scales)
     or the parameter's size (linear) from `theta`."""
     lo, up, th = (np.asarray(x, dtype=float) for x in (lower, upper, theta))
-    width = np.array([1.0 if sc != "lin" else max(abs(t), 1.0) for t, sc in zip(th, scales)])
+    width = np.array([Scale(sc).unit(max(abs(t), 1.0)) for t, sc in zip(th, scales)])
     return np.where(np.isfinite(lo), lo, th - width), np.where(np.isfinite(up), up, th + width)
 
 

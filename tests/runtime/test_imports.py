@@ -431,6 +431,7 @@ STRINGS_READ = {
     ("jaxident._runtime._host", "_check"): "equinox's error modes",
     ("jaxident._solve._forward", "init"): "diffrax's options",
     ("jaxident.models._ecoli", "vector_field"): "a state's name in the curated model",
+    ("jaxident.models._linear", "initial_estimates"): "the paper's case names",
     ("jaxident.plot", "intervals"): "a printout",
     ("jaxident.plot", "profiles"): "a printout",
 }
@@ -440,13 +441,9 @@ STRINGS_CHOOSING = {
     ("jaxident._fit._hierarchical", "_candidates"): "scaling kinds as tags",
     ("jaxident._fit._hierarchical", "_paired"): "scaling kinds as tags",
     ("jaxident._fit._hierarchical", "_solvable"): "scaling kinds as tags",
-    ("jaxident._identify._lserc_method", "__check_init__"): "twin partners by name",
-    ("jaxident._problem._predict", "estimation_units"): "a parameter's scale",
     ("jaxident._problem._sensitivity", "_sensitivity"): "scale='relative'",
     ("jaxident._problem._sensitivity", "_sensitivity_message"): "scale='relative'",
     ("jaxident._problem._sensitivity", "sensitivity"): "scale='relative'",
-    ("jaxident._report._structure", "box"): "a parameter's scale",
-    ("jaxident.models._linear", "initial_estimates"): "an ordering by name",
 }
 
 
