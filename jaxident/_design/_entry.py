@@ -65,6 +65,9 @@ def design(
       criterion by gradient after the greedy choice.
     - `rank`: the rank rule (default: `ji.analyze`'s, at the sensitivities' accuracy).
     - `report`: predict the `ji.analyze` report at `theta` before and after.
+    - `integrator`: the solver and tolerances of every solve (default the model's;
+      the closed-form checks use `rtol=1e-10`).
+    - `progress`: a progress bar over the measurements chosen.
 
     **How it chooses.** One measurement at a time, each scored exactly with the ones
     already chosen (greedy): first by the rank of the weighted sensitivity matrix it

@@ -611,7 +611,7 @@ def estimate(
     an optional dependency). `out`: a JSON file that keeps every finished fit, written
     after each: the same call again (same problem, starts, `free`, `max_steps`,
     optimizer and integrator) goes on where an interrupted one stopped; a file of
-    another multi-start is refused.
+    another multi-start is refused. `progress`: a progress bar over the starts.
 
     **A model** (the arguments below):
 

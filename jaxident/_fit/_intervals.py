@@ -422,6 +422,10 @@ def likelihood_intervals(
     fitted again from there, a warning says so, and the intervals start again from the
     new fit (their `estimate`s its values, their `at` the whole fit).
 
+    **Arguments:** `problem` (a `ji.Problem`), `theta`, `names`, `level` (default 0.95),
+    `integrator` (default the model's), `optimizer`, `max_steps`, `max_points` (per
+    side), `xtol`, `progress` (a progress bar over the parameters).
+
     **Returns:** `{name: ji.LikelihoodInterval}` (ends, how each ends, every profile
     point computed); `ji.plot.intervals` draws them.
     """

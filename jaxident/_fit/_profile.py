@@ -98,6 +98,8 @@ def profile(
     - `name`: one parameter, several, or `None` for every one.
     - `values`: the grid on the parameter's estimation scale (default 15 values across
       its bounds).
+    - `integrator`: default the model's; `max_steps`: of each fit; `progress`: a progress
+      bar over the values.
 
     **Returns:** a `Profile` for one name (its `cost` the negative log-likelihood; a
     failed fit is NaN with `ok = False`, not an error), else `{name: Profile}`.

@@ -88,6 +88,10 @@ def attractor_states(
     """`n` states along one trajectory, `spacing` apart, after a `transient` (the paper
     integrates 1e6 steps of 0.1 and keeps every 100th state: `spacing=10`).
 
+    **Arguments:** `model` (an ODE model), `theta` (default nominal), `n`, `spacing`,
+    `transient` (time integrated first and dropped), `x0` (the starting state, default
+    the model's initial state), `integrator` (default the model's).
+
     **Raises:** the solver's error when the integration fails.
     """
     check_model(model)

@@ -272,7 +272,7 @@ def sweep(
     - `samples`: an array (or PyTree of arrays) with a leading sample axis.
     - `batch_size`: samples per chunk, rounded up to a multiple of the number of devices
       (the last chunk is padded, so there is a single compilation).
-    - `progress`: show a progress bar (tqdm).
+    - `progress`: show a progress bar (tqdm); `desc`: its label.
     - `ok`: `ok(output) -> bool` per sample; default: the output's `ok` field if it has
       one, else "all floating values finite".
     - `out_dir`: write the results to `.npy` files in this directory as they come and

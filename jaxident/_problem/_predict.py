@@ -268,7 +268,8 @@ def predict(
     `jacobian=True`, the Jacobian of the weighted residuals. A failed solve is an error
     naming the experiment (with `throw=False`, and by default under the caller's
     `jit`/`vmap`: NaN and `ok = False`; `throw=True` there is a run-time error).
-    Jittable and vmappable over `theta`."""
+    `integrator`: the solver and tolerances (default the model's). Jittable and
+    vmappable over `theta`."""
     theta = check_theta(problem, theta)
     integrator = problem.model.integrator if integrator is None else integrator
     with callback_free(theta):

@@ -86,7 +86,13 @@ def sensitivity(
     stacked), `d((h(y) - h(data)) / sigma) / d theta` with `h` the observable
     transformation and `theta` on the estimation scale, and the noise rows where sigma
     depends on the parameters; its Gram matrix is the Fisher information. Every selection
-    and rank analysis takes it (`scale=ji.SensitivityScale.noise` marks it)."""
+    and rank analysis takes it (`scale=ji.SensitivityScale.noise` marks it).
+
+    **Arguments:** `model` (a model, or a `ji.Problem`), `theta` (default nominal),
+    `times` (a model's output times, default `model.times`; a problem has its own),
+    `scale` (`"none"` or `"relative"`: d log y / d log theta), `integrator` (default the
+    model's), `throw` (the convention of every entry point: `None` raises on a concrete
+    call and returns `ok = False` under a trace, `True` always raises, `False` never)."""
     if isinstance(model, Problem):
         if scale != "none" or times is not None:
             raise ValueError(
