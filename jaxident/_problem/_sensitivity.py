@@ -39,7 +39,7 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     )
     ok = solved.ok
     ok = ok & jnp.all(jnp.isfinite(S))
-    if scale == "relative":
+    if scale is SensitivityScale.relative:
         nonzero = jnp.all(y != 0)
         if throw:  # (False, or the error mode: `run_kernel`)
             S = eqx.error_if(
@@ -64,7 +64,8 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
 def _sensitivity_message(model, scale, out, integrator=None):
     _, y, _, st = out
     zero_output = not bool(np.all(np.asarray(y) != 0))
-    if scale == "relative" and not bool(st.ok) and bool(st.success) and zero_output:
+    relative = SensitivityScale.of(scale, "scale") is SensitivityScale.relative
+    if relative and not bool(st.ok) and bool(st.success) and zero_output:
         return _ZERO_OUTPUT
     return failure_message(model, st, integrator)
 
@@ -94,7 +95,7 @@ def sensitivity(
     model's), `throw` (the convention of every entry point: `None` raises on a concrete
     call and returns `ok = False` under a trace, `True` always raises, `False` never)."""
     if isinstance(model, Problem):
-        if scale != "none" or times is not None:
+        if SensitivityScale.of(scale, "scale") is not SensitivityScale.none or times is not None:
             raise ValueError(
                 "For a ji.Problem the rows are its data, weighted by their noise: give "
                 "neither times nor scale (the estimation scales are the problem's)."
@@ -104,9 +105,9 @@ def sensitivity(
     theta = check_theta(model, theta)
     times = check_times(model, times)
     scale = SensitivityScale.of(scale, "scale")
-    if scale == SensitivityScale.noise:
+    if scale is SensitivityScale.noise:
         raise ValueError("scale='noise' is a problem's: give a ji.Problem, which holds the noise.")
-    if scale == "relative" and not isinstance(theta, jax.core.Tracer):
+    if scale is SensitivityScale.relative and not isinstance(theta, jax.core.Tracer):
         zero = [model.parameters.names[i] for i in np.flatnonzero(np.asarray(theta) == 0)]
         if zero:
             raise ValueError(

@@ -441,9 +441,6 @@ STRINGS_CHOOSING = {
     ("jaxident._fit._hierarchical", "_candidates"): "scaling kinds as tags",
     ("jaxident._fit._hierarchical", "_paired"): "scaling kinds as tags",
     ("jaxident._fit._hierarchical", "_solvable"): "scaling kinds as tags",
-    ("jaxident._problem._sensitivity", "_sensitivity"): "scale='relative'",
-    ("jaxident._problem._sensitivity", "_sensitivity_message"): "scale='relative'",
-    ("jaxident._problem._sensitivity", "sensitivity"): "scale='relative'",
 }
 
 
