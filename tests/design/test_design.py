@@ -397,3 +397,21 @@ def test_a_dae_model_is_refused_with_the_reason():
     model = ji.models.load("nonsmooth_dae_example")
     with pytest.raises(ValueError, match="ODE model"):
         ji.design(model, ji.Candidate("x", [0.5]), 1, progress=False)
+
+
+def test_a_petab_problem_with_noise_parameters():
+    """Boehm with its noise parameters estimated (its model has noise outputs: the
+    candidate problem's outputs are laid out around them): a designed measurement can
+    only add information (no predicted std grows), and the noise parameters', which
+    the new data (their own fixed noise) do not inform, stay as they were."""
+    problem = ji.petab.load(ji.data.petab_problem("Boehm"), estimate_noise=True)
+    assert any(problem.noise_outputs)
+    state = problem.model.state_names[0]
+    d = ji.design(problem, ji.Candidate(state, np.linspace(10.0, 240.0, 5), sigma=0.1,
+                                        transform="log"), 1, progress=False)  # fmt: skip
+    before, after = np.asarray(d.before.std), np.asarray(d.after.std)
+    assert d.rank_after == d.rank_before == len(d.names)
+    assert np.all(after <= before * (1 + 1e-9))
+    noise = [i for i, n in enumerate(d.names) if n.startswith("sd_")]
+    np.testing.assert_allclose(after[noise], before[noise], rtol=1e-6)
+    assert np.any(after < 0.99 * before)
