@@ -76,11 +76,9 @@ class Estimate(eqx.Module):
     `fits.tol` of the best). **Methods:** `plot()` (a problem's waterfall plot of every
     fit), `to_dict()`.
 
-    **Changed (one result type):** `ji.estimate(problem, ...)` returned a
-    `ji.MultiStart` before: its table is now `fits`. `best`, `best_nll`, `nll`,
-    `starts`, `order` and `tol` still read it, with a deprecation warning; `theta`,
-    `steps`, `result`, `at_bound` and `ok` are the best fit's (`fits.theta`, ... keep
-    every fit's).
+    One result type for every fit: `theta`, `steps`, `result`, `at_bound` and `ok` are
+    the best fit's; a problem's `fits` (a `ji.MultiStart`) holds every fit's
+    (`fits.theta`, `fits.nll`, `fits.starts`, `fits.order`, `fits.tol`).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
