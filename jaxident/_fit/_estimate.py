@@ -31,8 +31,9 @@ from ._solvers import LevenbergMarquardt, OptaxLD
 
 
 class Optimum(NamedTuple):
-    """One distinct optimum of a multi-start (`Estimate.optima`): its estimate (the best
-    fit of its group, estimation scale), -log L, and how many fits reached it."""
+    """One distinct optimum of a multi-start (`Estimate.optima`): `theta` (the best fit of
+    its group, estimation scale), `nll` (its -log L), and `fits` (how many fits reached
+    it)."""
 
     theta: np.ndarray
     nll: float

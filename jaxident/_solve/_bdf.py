@@ -95,6 +95,10 @@ class BDF(diffrax.AbstractAdaptiveSolver):
     **Arguments:**
 
     - `max_order`: the highest order used (1 to 5).
+    - `augmented`, `state_field`, `coloring`, `sparse_lu`: set by jaxident where it
+      integrates (the state with its tangents, the state's own right-hand side, the
+      Jacobian's column colouring from the model's sparsity, a sparse LU of `I - c J`
+      with a fixed pattern); leave them out.
     """
 
     max_order: int = eqx.field(static=True, default=_MAX_ORDER)

@@ -179,7 +179,9 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
     `unroll`: the six stages written out (`True`: each compiled on its own, the fastest
     single solves) or as a loop (`False`: the right-hand side compiled once, the shortest
     compilation; `ji.analyze` asks for it for its few solves); by default written out
-    where the right-hand side with its tangents is a small program.
+    where the right-hand side with its tangents is a small program. `augmented`,
+    `state_field`, `step_once`: set by jaxident where it integrates (the state with its
+    tangents, the state's own right-hand side, a step traced once); leave them out.
     """
 
     term_structure: ClassVar = diffrax.ODETerm
