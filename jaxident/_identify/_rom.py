@@ -157,8 +157,8 @@ def rom_similarity(
 ) -> Similarity:
     """Similarity indices `S1` and `S2` of a reduced model's perturbation analysis against
     the full model's; both must perturb the same quantities and have responses of the same
-    dimension (a `ji.pod_reduce` model analysed like its full model does). `q`: the
-    number of leading directions compared (Schumann-Bischoff et al.'s indices)."""
+    dimension (a `ji.pod_reduce` model analysed like its full model does). `q`: `S1`
+    compares the first `q` singular vectors of each (at most each analysis' own)."""
     if full.names != reduced.names or full.n_out != reduced.n_out:
         raise ValueError(
             "The analyses must share the perturbable quantities and the response dimension "
