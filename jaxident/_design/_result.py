@@ -168,8 +168,10 @@ class Design(eqx.Module):
         `measurements_design.tsv` (one row per measurement, its predicted value as the
         measurement, its sigma as the noise parameter; the conditions of an imported
         problem's experiments by their PEtab ids), `conditions_design.tsv` (the new
-        conditions) and `observables_design.tsv` (the new observables; a measurement of
-        one of the problem's outputs uses its observable). Returns `{table: path}`.
+        conditions: the overridden parameters, and as `conditionName` the condition
+        they change, whose other columns a merged condition table takes over) and
+        `observables_design.tsv` (the new observables; a measurement of one of the
+        problem's outputs uses its observable). Returns `{table: path}`.
 
         **Raises:** `ValueError` for an observable given as a function (PEtab needs
         its formula)."""
@@ -206,8 +208,9 @@ def write_petab(d: Design, folder) -> dict:
         pre, _, cid = m.experiment.split("#")[0].rpartition("->")
         cid = _ident(cid)
         if m.condition:
+            base = cid
             cid = _ident(cid + "_" + "_".join(f"{k}_{v}" for k, v in m.condition))
-            conds[cid] = dict(m.condition)
+            conds[cid] = (base, dict(m.condition))
         meas.append((oid, pre, cid, m.time, m.value, m.sigma))
     paths = {}
     head = ("observableId", "observableFormula", "observableTransformation", "noiseFormula",
@@ -220,9 +223,11 @@ def write_petab(d: Design, folder) -> dict:
     rows = ["\t".join(head)]
     rows += [f"{o}\t{p}\t{c}\t{t!r}\t{v!r}\t{s!r}" for o, p, c, t, v, s in meas]
     paths["measurements"] = _write(folder, "measurements_design.tsv", rows)
-    keys = sorted({k for c in conds.values() for k in c})
-    rows = ["\t".join(["conditionId", *keys])]
-    rows += ["\t".join([c, *(str(v.get(k, "")) for k in keys)]) for c, v in conds.items()]
+    keys = sorted({k for _, c in conds.values() for k in c})
+    rows = ["\t".join(["conditionId", "conditionName", *keys])]
+    rows += ["\t".join([c, f"{base} with " + ", ".join(f"{k}={x}" for k, x in v.items()),
+                        *(str(v.get(k, "")) for k in keys)])
+             for c, (base, v) in conds.items()]  # fmt: skip
     paths["conditions"] = _write(folder, "conditions_design.tsv", rows)
     return paths
 

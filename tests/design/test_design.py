@@ -308,6 +308,7 @@ def test_new_conditions_and_petab_rows(tmp_path):
     assert (
         cond.loc[0, "A"] == 5.0
         and meas.loc[0, "simulationConditionId"] == cond.loc[0, "conditionId"]
+        and cond.loc[0, "conditionName"] == "experiment_0 with A=5.0"
     )
     assert obs.loc[0, "observableFormula"] == "2 * x"
     d.to_json(tmp_path / "d.json")
