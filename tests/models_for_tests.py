@@ -126,6 +126,25 @@ class Decay(ji.ODEModel):
         return x[0] / th.V
 
 
+class AmountDecay(ji.ODEModel):
+    """`x' = -k x`, `x(0) = A`: `y = x = A exp(-k t)` (closed form), in the units of
+    `A`."""
+
+    parameters: ji.Parameters = ji.Parameters(["k", "A"], [0.5, 2.0])
+    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
+    t0: float = 0.0
+    state_names = ("x",)
+
+    def vector_field(self, t, x, th):
+        return -th.k * x
+
+    def initial_state(self, th):
+        return jnp.ones(1) * th.A
+
+    def output(self, t, x, th):
+        return x
+
+
 def decay_data():
     """Twelve noisy samples of `Decay` at k = 0.3, V = 2 (sigma 0.01)."""
     t = np.linspace(0.5, 6.0, 12)

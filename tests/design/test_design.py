@@ -11,29 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
+from models_for_tests import AmountDecay
 
 import jaxident as ji
 
 
 _TIGHT = ji.Integrator(rtol=1e-10)
-
-
-class _Decay(ji.ODEModel):
-    """`x' = -k x`, `x(0) = A`: `y = A exp(-k t)`."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "A"], [0.5, 2.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
-    t0: float = 0.0
-    state_names = ("x",)
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1) * th.A
-
-    def output(self, t, x, th):
-        return x
 
 
 class _BoxLucas(ji.ODEModel):
@@ -86,7 +69,7 @@ def _scratch(model, **kw):
 def test_one_decay_measurement_at_one_over_k(k):
     """`y = exp(-k t)`, `k` unknown: the Fisher information `(t exp(-k t))^2` is largest
     at `t = 1/k`; the greedy grid choice refined by gradient finds it to 1e-6."""
-    model = _Decay(parameters=ji.Parameters(["k", "A"], [k, 1.0]))
+    model = AmountDecay(parameters=ji.Parameters(["k", "A"], [k, 1.0]))
     problem = _scratch(model).fix({"A": 1.0})
     cand = ji.Candidate("x", window=(0.0, 10.0 / k), sigma=0.1)
     d = ji.design(problem, cand, 1, integrator=_TIGHT, progress=False)
@@ -98,7 +81,7 @@ def test_one_decay_measurement_at_one_over_k(k):
 def test_two_decay_measurements_at_zero_and_one_over_k():
     """`y = A exp(-k t)`, both unknown, two measurements: `det` of the Fisher
     information is `A^2 (t2 - t1)^2 exp(-2k (t1 + t2))`, largest at `{0, 1/k}`."""
-    d = ji.design(_scratch(_Decay()), ji.Candidate("x", window=(0.0, 8.0), sigma=0.1), 2,
+    d = ji.design(_scratch(AmountDecay()), ji.Candidate("x", window=(0.0, 8.0), sigma=0.1), 2,
                   integrator=_TIGHT, progress=False)  # fmt: skip
     np.testing.assert_allclose(np.sort(d.times), [0.0, 2.0], atol=1e-6)
     assert d.rank_after == 2 and d.unresolved == ()
@@ -215,7 +198,7 @@ def test_robust_design_over_two_decades_of_a_rate():
     `mean_s log (k_s t exp(-k_s t))^2` is largest at `t = 1 / mean(k_s)` (closed form),
     and the robust design takes it (and the best point of a brute-force grid); the
     worst case over the samples takes the grid's maximin time."""
-    model = _Decay(parameters=ji.Parameters(["k", "A"], [1.0, 1.0], [0.1, 0.0], [10.0, 2.0]))
+    model = AmountDecay(parameters=ji.Parameters(["k", "A"], [1.0, 1.0], [0.1, 0.0], [10.0, 2.0]))
     problem = _scratch(model, scales={"k": "log10"}).fix({"A": 1.0})
     cand = ji.Candidate("x", window=(0.01, 10.0), sigma=0.1)
     kw = dict(integrator=_TIGHT, progress=False, report=False)
@@ -238,7 +221,7 @@ def test_the_predicted_spread_holds_in_simulated_fits():
     """Simulate the designed measurements of `A exp(-k t)` with their noise 300 times,
     fit each (`ji.estimate`, vmapped): the spread of the estimates equals the predicted
     marginal standard deviations within 20%."""
-    model = _Decay()
+    model = AmountDecay()
     grid = ji.Candidate("x", np.linspace(0.0, 8.0, 17), sigma=0.05)
     d = ji.design(_scratch(model), grid, 6, replicates=False, progress=False)
     times = np.sort(d.times)
@@ -281,7 +264,7 @@ def test_a_named_variance_criterion_targets_its_parameter():
     with both measurements at 0 (where `y = A`); D-optimality splits them."""
     kw = dict(integrator=_TIGHT, progress=False, report=False)
     cand = ji.Candidate("x", window=(0.0, 8.0), sigma=0.1)
-    problem = ji.Problem(_Decay(), ji.Experiment([1.0, 3.0], np.array([1.2, 0.45]), sigma=0.1))
+    problem = ji.Problem(AmountDecay(), ji.Experiment([1.0, 3.0], np.array([1.2, 0.45]), sigma=0.1))
     d = ji.design(problem, cand, 2, criterion=ji.AOptimal(["A"]), **kw)
     np.testing.assert_allclose(d.times, 0.0, atol=1e-6)
 
@@ -290,7 +273,7 @@ def test_new_conditions_and_petab_rows(tmp_path):
     """A candidate under a new condition (another initial amount) is its own
     experiment; `to_petab` writes the measurement, condition and observable rows,
     with the predicted value as the measurement."""
-    problem = ji.Problem(_Decay(), ji.Experiment([1.0, 3.0], np.array([1.2, 0.45]), sigma=0.1))
+    problem = ji.Problem(AmountDecay(), ji.Experiment([1.0, 3.0], np.array([1.2, 0.45]), sigma=0.1))
     problem = problem.fix({"A": 2.0})
     cands = [ji.Candidate("2 * x", [0.5, 1.0, 2.0], sigma=0.1, condition={"A": 5.0},
                           name="double")]  # fmt: skip
@@ -342,13 +325,13 @@ def test_new_conditions_and_petab_rows(tmp_path):
     ],
 )  # fmt: skip
 def test_bad_input_is_named(call, error, match):
-    problem = _scratch(_Decay())
+    problem = _scratch(AmountDecay())
     with pytest.raises(error, match=match):
         call(problem)
 
 
 def test_a_function_observable_has_no_petab_formula(tmp_path):
-    d = ji.design(_scratch(_Decay()), ji.Candidate(lambda t, x, th: x[0] ** 2, [1.0, 2.0],
+    d = ji.design(_scratch(AmountDecay()), ji.Candidate(lambda t, x, th: x[0] ** 2, [1.0, 2.0],
                                                    name="square"), 1,
                   progress=False, report=False)  # fmt: skip
     assert d.measurements[0].observable is None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 from jaxtyping import Array, Float
+from models_for_tests import AmountDecay
 from scipy.integrate import solve_ivp
 
 import jaxident as ji
@@ -465,23 +466,6 @@ def test_a_switch_after_the_last_datum_has_a_zero_column(integ):
     assert rep.no_effect == ("t_2",) and rep.rank == 3
 
 
-class _Decay(ji.ODEModel):
-    """`x' = -k x`, `x(0) = u`: `x = u exp(-k t)`, in units of `u`."""
-
-    parameters: ji.Parameters = ji.Parameters(["k", "u"], [0.5, 1.0])
-    times: jax.Array = eqx.field(default_factory=lambda: jnp.linspace(0.5, 6.0, 12))
-    t0: float = 0.0
-
-    def vector_field(self, t, x, th):
-        return -th.k * x
-
-    def initial_state(self, th):
-        return jnp.ones(1) * th.u
-
-    def output(self, t, x, th):
-        return x
-
-
 @pytest.mark.parametrize("solver", [diffrax.Tsit5(), ji.Rodas4(), ji.BDF()])
 @pytest.mark.parametrize("u", [1e-12, 2e-9, 1.0, 1e12])
 def test_accuracy_in_any_units(u, solver):
@@ -489,7 +473,7 @@ def test_accuracy_in_any_units(u, solver):
     `x(0) = 2e-9` (an amount in mol) was solved 1.1% off and its sensitivity 4% off
     while 1e-7 was claimed; outputs and sensitivities within the claimed accuracy of
     the closed form now, in units from 1e-12 to 1e12, the relative errors the same."""
-    model = _Decay(parameters=ji.Parameters(["k", "u"], [0.5, u]))
+    model = AmountDecay(parameters=ji.Parameters(["k", "A"], [0.5, u]))
     integ = ji.Integrator(solver)
     t = np.asarray(model.times)
     exact = u * np.exp(-0.5 * t)
@@ -511,7 +495,7 @@ def test_a_fit_in_any_units_reaches_the_least_squares_optimum(u):
     t = np.linspace(0.5, 6.0, 12)
     sigma = 0.02 * u
     y = u * np.exp(-0.5 * t) + sigma * np.random.default_rng(1).standard_normal(t.size)
-    model = _Decay(parameters=ji.Parameters(["k", "u"], [0.3, 1.5 * u]))
+    model = AmountDecay(parameters=ji.Parameters(["k", "A"], [0.3, 1.5 * u]))
     est = ji.estimate(model, y[:, None], t, sigma=sigma, progress=False)
 
     def residuals(p):
