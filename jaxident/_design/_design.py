@@ -92,16 +92,17 @@ def _blocks(problem: Problem, candidates: Sequence[Candidate]):
     return found, blocks, np.asarray(owner)
 
 
+def _at(problem: Problem, theta, integrator, error_mode):
+    """The candidate problem's weighted Jacobian `(e, n, outputs, q)` at `theta`, its
+    outputs and `ok` flags."""
+    out = predict_kernel(problem, theta, integrator, True, error_mode=error_mode)
+    return out.jacobian, out.outputs, out.ok
+
+
 @eqx.filter_jit
 def _rows_kernel(problem: Problem, thetas, integrator, error_mode):
-    """At each sample: the candidate problem's weighted Jacobian `(e, n, outputs, q)`,
-    its outputs and `ok` flags, one sample after another."""
-
-    def one(th):
-        out = predict_kernel(problem, th, integrator, True, error_mode=error_mode)
-        return out.jacobian, out.outputs, out.ok
-
-    return jax.lax.map(one, thetas)
+    """`_at` each sample, one sample after another."""
+    return jax.lax.map(lambda th: _at(problem, th, integrator, error_mode), thetas)
 
 
 def rows(cp: Problem, where, model: Observed, blocks, thetas, integrator,
@@ -118,12 +119,8 @@ def rows(cp: Problem, where, model: Observed, blocks, thetas, integrator,
         with checks_as_nan():
             J, y, ok = _rows_kernel(cp, thetas, integrator, on_error_mode())
     else:  # many samples: batched, in chunks, over the devices
-
-        def one(th):
-            out = predict_kernel(cp, th, integrator, True, error_mode="nan")
-            return out.jacobian, out.outputs, out.ok
-
-        found = sweep(one, thetas, progress=False, ok=lambda out: jnp.all(out[2]),
+        found = sweep(lambda th: _at(cp, th, integrator, "nan"), thetas, progress=False,
+                      ok=lambda out: jnp.all(out[2]),
                       batch_size=min(256, int(thetas.shape[0])))  # fmt: skip
         J, y, ok = found.values
     J, y, ok = np.asarray(J), np.asarray(y), np.asarray(ok)
@@ -181,8 +178,7 @@ def _pool(problem, candidates, thetas, integrator) -> Pool:
     G, _, y = rows(cp, where, model, blocks, thetas, integrator, batched=None)
     block = np.concatenate([np.full(b.times.size, i) for i, b in enumerate(blocks)])
     time = np.concatenate([b.times for b in blocks])
-    stacked = np.concatenate([g[:, : b.times.size] for g, b in zip(G, blocks)], axis=1)
-    values = np.concatenate([v[:, : b.times.size] for v, b in zip(y, blocks)], axis=1)
+    stacked, values = np.concatenate(G, axis=1), np.concatenate(y, axis=1)
     logs = np.concatenate([np.full(b.times.size, b.transform != Scale.lin) for b in blocks])
     valid = np.all(np.isfinite(stacked), axis=(0, 2)) & ~(logs & ~_measurable(values, block))
     if not valid.any():
@@ -244,11 +240,12 @@ def _scores(scorer: Scorer, R, G):
 _CHUNK = 2**24
 
 
-def _factor(base, chosen):
-    """`(S, q, q)` triangular factors of the base matrices with the chosen rows."""
+def _factor(matrices):
+    """`(S, q, q)` triangular factors of each sample's matrix `(rows, q)` (zero rows
+    added where it has fewer than `q`): a matrix with more rows has the singular values
+    of its factor, and a row added to it those of the factor with the row."""
     out = []
-    for s, B in enumerate(base):
-        A = np.concatenate([B, *(c[s][None] for c in chosen)]) if chosen else B
+    for A in matrices:
         q = A.shape[1]
         if A.shape[0] < q:
             A = np.concatenate([A, np.zeros((q - A.shape[0], q))])
@@ -266,12 +263,12 @@ def greedy(G, base, scorer: Scorer, summary: AbstractSummary, budget: int, repli
     """`budget` picks from the candidate rows `G` `(S, N, q)` (at the scored samples,
     whose own matrices are `base`), each the best after the previous ones: indices
     into the pool, with the score `(rank, criterion)` after each."""
-    chosen, picks, scores = [], [], []
+    picks, scores = [], []
+    R = _factor(base)
     allowed = np.ones(G.shape[1], bool) if valid is None else valid.copy()
     for _ in range(budget):
         if not allowed.any():
             break
-        R = _factor(base, chosen)
         r, v = _scores(scorer, jnp.asarray(R), G)
         r, v = np.asarray(summary(jnp.asarray(r, float))), np.asarray(summary(v))
         v = np.where(np.isfinite(v), v, -np.inf)
@@ -281,7 +278,7 @@ def greedy(G, base, scorer: Scorer, summary: AbstractSummary, budget: int, repli
                 best = i
         picks.append(int(best))
         scores.append((float(r[best]), float(v[best])))
-        chosen.append(G[:, best])
+        R = _factor([np.concatenate([R_s, g[None]]) for R_s, g in zip(R, G[:, best])])
         if not replicates:
             allowed[best] = False
         if progress is not None:
@@ -292,12 +289,12 @@ def greedy(G, base, scorer: Scorer, summary: AbstractSummary, budget: int, repli
 def score_of(base, chosen, scorer: Scorer, summary: AbstractSummary):
     """The summarised `(rank, criterion)` of the base matrices with the rows `chosen`
     `(S, j, q)` (`j` may be 0)."""
-    R = jnp.asarray(_factor(base, []))
+    R = jnp.asarray(_factor(base))
     r, v = jax.vmap(scorer.one)(R, jnp.asarray(chosen), scorer.units)
     return float(summary(jnp.asarray(r, float))), float(summary(v))
 
 
-def samples_of(problem: Problem, theta, samples, key) -> np.ndarray:
+def samples_of(problem: Problem, samples, key) -> np.ndarray:
     """The parameter vectors a robust design is scored at: an `(S, q)` array, or
     `samples` Latin-hypercube points of the box on the estimation scale."""
     if isinstance(samples, (int, np.integer)) and not isinstance(samples, bool):
@@ -403,7 +400,7 @@ def setup(problem, candidates, budget, theta, criterion, samples, key, summary, 
     if samples is None:
         thetas, scored = theta[None], np.ones(1, bool)
     else:
-        drawn = samples_of(problem, theta, samples, key)
+        drawn = samples_of(problem, samples, key)
         thetas = np.concatenate([theta[None], drawn])
         scored = np.arange(thetas.shape[0]) > 0
     base, acc = base_matrices(problem, thetas, integrator)

@@ -30,7 +30,7 @@ def chosen_rows(problem, pool: Pool, picks, times, thetas, integrator):
     blocks = pick_blocks(pool, picks, times)
     cp, where = candidate_problem(problem, pool.model, blocks)
     G, dG, y = rows(cp, where, pool.model, blocks, jnp.asarray(thetas), integrator)
-    return tuple(np.concatenate([a[:, :1] for a in part], axis=1) for part in (G, dG, y))
+    return tuple(np.concatenate(part, axis=1) for part in (G, dG, y))
 
 
 @eqx.filter_jit
@@ -55,7 +55,7 @@ def refine(setup: Setup, picks, summary):
     if not free.any():
         return times, None
     sel = np.flatnonzero(setup.scored)
-    R = jnp.asarray(_factor([setup.base[i] for i in sel], []))
+    R = jnp.asarray(_factor([setup.base[i] for i in sel]))
     thetas = setup.thetas[sel]
     grad_fn = jax.value_and_grad(lambda G: _value(setup.scorer, R, G, summary))
 

@@ -3,7 +3,6 @@ criterion before and after, the report predicted after them), a figure, and the
 proposed experiment as PEtab rows."""
 
 import copy
-import json
 import math
 import os
 from typing import NamedTuple
@@ -16,7 +15,7 @@ from jaxtyping import PRNGKeyArray
 from .. import plot
 from .._problem._base import Problem
 from .._report._result import Report
-from .._runtime._files import plain
+from .._runtime._files import plain, strict_json
 from .._runtime._host import device_array
 
 
@@ -153,7 +152,7 @@ class Design(eqx.Module):
         return plain(out)
 
     def to_json(self, path=None) -> str:
-        text = json.dumps(self.to_dict(), indent=1, allow_nan=False)
+        text = strict_json(self.to_dict(), indent=2)
         if path is not None:
             with open(path, "w") as f:
                 f.write(text)
