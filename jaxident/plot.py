@@ -183,12 +183,12 @@ def stepwise(result, ax=None):
     parameters selected after it."""
     ax = _axes(ax)
     sizes = np.array([e.size for e in result.history])
-    ok = np.array([e.success for e in result.history])
+    ok = np.array([e.accepted for e in result.history])
     idx = np.arange(1, sizes.size + 1)
     ax.bar(idx, sizes, color=np.where(ok, "tab:green", "tab:red"), alpha=0.7, width=0.8)
     selected, n = [], 0
     for e in result.history:
-        n = e.size if e.success else n
+        n = e.size if e.accepted else n
         selected.append(n)
     ax.step(idx, selected, where="mid", color="k", label="selected")
     ax.set_xlabel("evaluation")

@@ -23,6 +23,7 @@ from .._problem._measurements import bounds_of, check_data, free_mask, Measureme
 from .._problem._predict import predict
 from .._runtime._config import fit_device
 from .._runtime._host import call_kept, callback_free, clean_errors, is_traced
+from .._runtime._results import promoted, RESULTS
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
 from ._multistart import estimate_problem, MultiStart, objective
@@ -48,7 +49,7 @@ class Estimate(eqx.Module):
     held parameters keep their starting values), `theta0` (its start), `free` (which
     parameters were estimated), `cost` (the sum of squared weighted residuals of a
     model's least squares, or the negative log-likelihood of a problem), `steps`,
-    `result` (an `optimistix.RESULTS`: `successful`, `nonlinear_max_steps_reached`,
+    `result` (a `ji.RESULTS`: `successful`, `nonlinear_max_steps_reached`,
     `stagnation`, `nonlinear_divergence`), `at_bound` (which free parameters ended
     within 1e-3 of their box's width from a bound: for a model's least squares measured
     as its change of variables measures it, logarithmically where both bounds are
@@ -90,7 +91,7 @@ class Estimate(eqx.Module):
     cost: Float[Array, ""]
     jacobian: Float[Array, "n p"] | None
     steps: Int[Array, ""]
-    result: optx.RESULTS
+    result: RESULTS = eqx.field(converter=promoted)
     at_bound: Bool[Array, " p"]
     fisher: Float[Array, "p p"] | None = None
     fits: MultiStart | None = None
@@ -99,12 +100,12 @@ class Estimate(eqx.Module):
 
     @property
     def ok(self) -> Bool[Array, "..."]:
-        return self.result == optx.RESULTS.successful
+        return self.result == RESULTS.successful
 
     @property
     def stopped_at_max_steps(self) -> Bool[Array, "..."]:
         """The solver used every step allowed without meeting its convergence test."""
-        return self.result == optx.RESULTS.nonlinear_max_steps_reached
+        return self.result == RESULTS.nonlinear_max_steps_reached
 
     @property
     def message(self) -> str:
@@ -119,7 +120,7 @@ class Estimate(eqx.Module):
                 "the solver did not converge within max_steps; raise max_steps, start "
                 "closer, or check identifiability"
             )
-        if bool(np.asarray(self.result == optx.RESULTS.stagnation).reshape(-1)[first]):
+        if bool(np.asarray(self.result == RESULTS.stagnation).reshape(-1)[first]):
             if self.kinks:
                 return (
                     "the solver stagnated where the gradient does not vanish: the Laplace "

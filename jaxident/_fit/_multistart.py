@@ -14,7 +14,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from tqdm.auto import tqdm
 
@@ -29,6 +28,7 @@ from .._problem._predict import PLAIN_ADJOINT, predict_kernel, Prediction
 from .._runtime._batches import batched
 from .._runtime._config import fit_device
 from .._runtime._host import call_kept, callback_free, on_error_mode
+from .._runtime._results import promoted, RESULTS, succeeded
 from . import _hierarchical as hierarchical
 from ._kept import fingerprint, KeptFits, row, stacked
 from ._solvers import (
@@ -351,7 +351,7 @@ class MultiStart(eqx.Module):
     theta: Float[Array, "N q"]
     nll: Float[Array, " N"]
     steps: Int[Array, " N"]
-    result: optx.RESULTS
+    result: RESULTS = eqx.field(converter=promoted)
     at_bound: Bool[Array, "N q"]
     tol: float = eqx.field(static=True, default=0.1)
     held: tuple[str, ...] = eqx.field(static=True, default=())
@@ -378,7 +378,7 @@ class MultiStart(eqx.Module):
 
     @property
     def ok(self) -> np.ndarray:
-        return np.asarray(self.result == optx.RESULTS.successful)
+        return succeeded(self.result)
 
     @property
     def n_at_best(self) -> int:

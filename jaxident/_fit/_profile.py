@@ -14,6 +14,7 @@ from .._model._base import Integrator
 from .._model._checks import check_count, check_theta
 from .._problem._base import check_problem, Problem
 from .._runtime._host import clean_errors
+from .._runtime._results import RESULTS, status_array, succeeded
 from ._intervals import extrapolate, restarts
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
@@ -24,8 +25,9 @@ class Profile(eqx.Module):
 
     **Fields:** `name` (the profiled parameter), `values`, `names` (the re-estimated
     ones), `estimates` (`(n_values, p - 1)`), `cost` (`(n_values,)`: the negative
-    log-likelihood), `ok` (which fits converged at their value; the others' `estimates`
-    and `cost` are NaN), `reasons` (why each failed, "" where it converged).
+    log-likelihood), `result` (`ji.RESULTS` per value: `fit_failed` where the fit did
+    not converge at its value; those points' `estimates` and `cost` are NaN; `ok` is
+    where it did), `reasons` (why each failed, "" where it converged).
 
     **Methods:** `slope`, `to_dict`, `plot` (the profile and the re-estimated
     parameters).
@@ -36,8 +38,13 @@ class Profile(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     estimates: np.ndarray
     cost: np.ndarray
-    ok: np.ndarray
+    result: RESULTS
     reasons: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Which points' fits converged at their value."""
+        return succeeded(self.result)
 
     def slope(self, at: float | None = None) -> dict[str, float]:
         """`d(estimate)/d(profiled value)` of each re-estimated parameter by central
@@ -262,5 +269,5 @@ def _profile(problem, name, values, theta0, integrator, max_steps, progress, opt
 
     est, cost, ok, reasons = _walk(values, theta0[j], theta0[others], name, progress, fit, box)
     names = tuple(problem.parameters.names[i] for i in others)
-    return Profile(name=name, values=values, names=names, estimates=est, cost=cost, ok=ok,
-                   reasons=reasons)  # fmt: skip
+    return Profile(name=name, values=values, names=names, estimates=est, cost=cost,
+                   result=status_array(ok, RESULTS.fit_failed), reasons=reasons)  # fmt: skip

@@ -17,6 +17,7 @@ from .._model._checks import check_model, check_theta
 from .._model._transforms_state import free_initial_state
 from .._problem._sensitivity import sensitivity
 from .._runtime._host import clean_errors
+from .._runtime._results import status_array, status_codes
 from .._solve._forward import accuracy
 from ._delay_jacobian import _check_delay
 from ._delay_result import DelayEstimability
@@ -142,7 +143,7 @@ def delay_estimability(
         scaled_basis=Vt_eq,
         uncertainty=v,
         correlation=rho,
-        ok=ok,
+        result=status_array(status_codes(res.result).reshape(grid)),
         zero_tol=float(zero_tol),
         fraction=float(fraction),
     )

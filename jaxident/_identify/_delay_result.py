@@ -5,6 +5,7 @@ import equinox as eqx
 import numpy as np
 
 from .._runtime._choice import Choice
+from .._runtime._results import RESULTS, succeeded
 from ._estimability import _fmt_sets, dependency_lines
 
 
@@ -81,7 +82,8 @@ class DelayEstimability(eqx.Module):
       column-equilibrated Jacobian (sign-normalised so the first pivot's
       component is positive).
     - `uncertainty`: `v_k` (eq. 33); `correlation`: `rho` (eq. 34).
-    - `ok`: `False` where the solve failed (excluded from every summary).
+    - `result`: per-sample status (`ji.RESULTS`); `ok` is `False` where a solve failed
+      (excluded from every summary).
     - `zero_tol`, `fraction`: a component is "zero" below `zero_tol` and a statement
       holds when it holds for at least `fraction` of the samples.
     """
@@ -100,9 +102,14 @@ class DelayEstimability(eqx.Module):
     scaled_basis: np.ndarray
     uncertainty: np.ndarray
     correlation: np.ndarray
-    ok: np.ndarray
+    result: RESULTS
     zero_tol: float = eqx.field(static=True)
     fraction: float = eqx.field(static=True)
+
+    @property
+    def ok(self) -> np.ndarray:
+        """`(n_taus, n_states)`: which samples succeeded (`result == successful`)."""
+        return succeeded(self.result)
 
     @property
     def n_samples(self) -> int:

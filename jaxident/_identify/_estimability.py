@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._linalg._dependence import Dependence, dependence as _dependence, dependent_sets
 from .._linalg._misc import matmul
@@ -25,6 +25,7 @@ from .._linalg._rank import (
 )
 from .._linalg._scaling import equilibrate
 from .._runtime._host import clean_errors
+from .._runtime._results import RESULTS, succeeded
 from .._solve._sensitivity_result import Sensitivity
 
 
@@ -70,7 +71,11 @@ class _SVD(eqx.Module):
     s: Float[Array, " w"]
     V: Float[Array, "w w"]
     c: Float[Array, " w"]
-    ok: Bool[Array, ""]
+    result: RESULTS
+
+    @property
+    def ok(self):
+        return succeeded(self.result)
 
 
 def _svd_of(DG: Array, equilibrated: bool = True) -> _SVD:
@@ -83,7 +88,8 @@ def _svd_of(DG: Array, equilibrated: bool = True) -> _SVD:
     _, s, Vt = jnp.linalg.svd(safe, full_matrices=rows < cols)
     s = jnp.concatenate([s, jnp.zeros(cols - s.shape[0], s.dtype)])
     nan = jnp.asarray(jnp.nan, DG.dtype)
-    return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, ok)
+    result = RESULTS.where(ok, RESULTS.successful, RESULTS.nonfinite_matrix)
+    return _SVD(jnp.where(ok, s, nan), jnp.where(ok, Vt.T, nan), c, result)
 
 
 @eqx.filter_jit

@@ -21,6 +21,7 @@ from .._model._transforms import fix_parameters
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
 from .._runtime._host import clean_errors, on_error_mode, run_kernel
+from .._runtime._results import RESULTS, succeeded
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
 
@@ -31,7 +32,8 @@ class Probe(eqx.Module):
     Leading axis: the directions. `kind` says which are primary (S1) and which twin (S2)
     directions. Per direction: the rank of the L-SERC matrix, its singular values, the
     pivot columns of `rref(V_r^T)` (the locally non-identifiable parameters) and, per
-    pivot, its partners; `ok` is false where the sensitivity solve failed.
+    pivot, its partners; `result` (`ji.RESULTS`) is not `successful` where the
+    sensitivity solve failed (`ok`: where it is).
     """
 
     theta: Float[Array, " p"]
@@ -40,7 +42,11 @@ class Probe(eqx.Module):
     singular_values: Float[Array, "d p"]
     pivots: Bool[Array, "d p"]
     partners: Bool[Array, "d p p"]
-    ok: Bool[Array, " d"]
+    result: RESULTS
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch d"]:
+        return succeeded(self.result)
 
     @property
     def non_identifiable(self) -> Bool[Array, "*batch p"]:
@@ -164,9 +170,12 @@ def _probe(target, theta, D, integrator, method: LSERC, on_error):
         _, Y, (solved_ok, st) = ld_jvp(f, (theta,), (M,), has_aux=True)
         L = Y[:, 1:]
         ok = solved_ok & jnp.all(jnp.isfinite(L))
-        return jnp.where(ok, L, 0.0), ok, st
+        result = RESULTS.where(jnp.all(jnp.isfinite(L)), RESULTS.successful,
+                               RESULTS.nonfinite_sensitivity)  # fmt: skip
+        result = RESULTS.where(solved_ok, result, RESULTS.sample_failed)
+        return jnp.where(ok, L, 0.0), ok, result, st
 
-    L, ok, solved = jax.vmap(one)(Ms)
+    L, ok, result, solved = jax.vmap(one)(Ms)
     ns = jax.vmap(null_space, in_axes=(0, None, None))(L, method.rank, method.equilibrate)
     A = jnp.where(ns.mask[:, :, None], jnp.swapaxes(ns.basis, -1, -2), 0.0)
     ech = jax.vmap(lambda a: rref(a, method.rref_tol))(A)
@@ -177,7 +186,7 @@ def _probe(target, theta, D, integrator, method: LSERC, on_error):
         singular_values=ns.singular_values,
         pivots=ech.pivots & ok[:, None],
         partners=ech.partners & ok[:, None, None],
-        ok=ok,
+        result=result,
     )
     V = ns.raw_basis()  # (d, p, p), unit null vectors in the parameters' units
     if method.relative:

@@ -16,6 +16,7 @@ from .._model._sampling import latin_hypercube
 from .._problem._base import Problem
 from .._runtime._choice import Choice
 from .._runtime._host import clean_errors
+from .._runtime._results import RESULTS, succeeded
 from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
 from ._lserc_method import at_accuracy, LSERC, probe_directions
 from ._sweep import sweep
@@ -33,7 +34,7 @@ class Reduction(eqx.Module):
     - `n_samples`, `n_failed`: samples tested and samples whose solve failed (these are
       left out of the counts).
     - `samples`: the parameter samples; `mask`: `(n, p)` per-sample non-identifiable
-      masks; `ok`: per-sample success.
+      masks; `result`: per-sample status (`ji.RESULTS`; `ok`: where it is `successful`).
     - `fixed`: `{name: value}` for the non-locally non-identifiable parameters, at the
       sample mean (or the chosen value); for a problem, on the estimation scales.
     - `reduced_model`: the model with those parameters fixed (`None` for a problem).
@@ -52,11 +53,16 @@ class Reduction(eqx.Module):
     n_failed: int = eqx.field(static=True)
     samples: np.ndarray
     mask: np.ndarray
-    ok: np.ndarray
+    result: RESULTS
     fixed: dict
     reduced_model: AbstractModel | None
     reduced_problem: Problem | None = None
     scales: tuple[str, ...] | None = eqx.field(static=True, default=None)
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Which samples succeeded (`result == successful`)."""
+        return succeeded(self.result)
 
     @property
     def non_identifiable(self) -> tuple[str, ...]:
@@ -233,7 +239,7 @@ def reduce_parameters(
         n_failed=int((~ok).sum()),
         samples=np.asarray(samples),
         mask=mask,
-        ok=ok,
+        result=res.result,
         fixed=fixed,
         **outputs.reduction(fixed if some else {}),
     )

@@ -58,12 +58,12 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
         out = problem.evaluate(point, W, selected, added, report)
         names = tuple(problem.names[j] for j in added)
         seconds = time.perf_counter() - t0
-        history.append(Evaluation(names, out.success, out.reason, out.rank, out.size,
+        history.append(Evaluation(names, out.accepted, out.reason, out.rank, out.size,
                                   out.rcond, out.cost, seconds, out.steps))  # fmt: skip
         bar.update(1)
-        bar.set_postfix_str(f"selected {int(selected.sum()) + (len(added) if out.success else 0)}")
+        bar.set_postfix_str(f"selected {int(selected.sum()) + (len(added) if out.accepted else 0)}")
         if checkpoint is not None:
-            chosen = order + list(added) if out.success else order
+            chosen = order + list(added) if out.accepted else order
             save_checkpoint(checkpoint, problem, procedure, chosen, out.point.theta, cost0, history)
         return out
 
@@ -79,7 +79,7 @@ def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpo
             accepted = None
             for trial in procedure.trials(ranked):
                 out = evaluate(trial)
-                if out.success:
+                if out.accepted:
                     accepted = (trial, out.point)
                     break
             if accepted is None:

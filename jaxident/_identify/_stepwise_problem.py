@@ -22,6 +22,7 @@ from .._problem._noise import per_output
 from .._problem._predict import predict
 from .._problem._scale import Scale
 from .._problem._sensitivity import sensitivity
+from .._runtime._results import first_failure, promoted, RESULTS, status_array, succeeded
 from ._stepwise_result import fisher_test, rank_and_scale, scaled_columns
 
 
@@ -33,8 +34,12 @@ class Point(NamedTuple):
     theta: Array
     residual: np.ndarray
     S: Array
-    ok: bool
+    result: RESULTS
     value: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(succeeded(self.result))
 
     @property
     def cost(self) -> float:
@@ -46,7 +51,7 @@ class Point(NamedTuple):
 class Outcome(NamedTuple):
     """What one evaluation found (see `Evaluation`), and the point to go on from."""
 
-    success: bool
+    accepted: bool
     reason: str
     point: Point
     rank: int
@@ -124,7 +129,7 @@ class StepwiseProblem:
         sens = sensitivity(ls.model, ls.theta0, ls.times, integrator=ls.integrator, throw=False)
         r = (np.asarray(sens.outputs) - np.asarray(self.data)) / np.asarray(self.sigma)
         S = jnp.where(jnp.asarray(self.observed)[:, None], sens.matrix, 0.0)
-        point = Point(self.theta0, np.where(self.observed, r, 0.0), S, bool(sens.ok))
+        point = Point(self.theta0, np.where(self.observed, r, 0.0), S, sens.result)
         if not point.ok:
             raise RuntimeError(
                 f"The sensitivity matrix of {type(ls.model).__name__} could not be computed "
@@ -167,7 +172,8 @@ class StepwiseProblem:
         observed = jnp.asarray(self.observed)[:, None]
         S = jnp.where(observed, est.jacobian * jnp.where(observed, self.sigma[:, None], 0.0), 0.0)
         r = np.where(self.observed, np.asarray(est.residuals), 0.0)
-        return Point(est.theta, r, S, finite), est
+        result = status_array(np.asarray(finite), RESULTS.nonfinite_sensitivity)
+        return Point(est.theta, r, S, result), est
 
     def _fisher_test(self, W, mask) -> tuple[bool, int, float]:
         ok, k, rcond = fisher_test(W, jnp.asarray(mask), self.method.rank)
@@ -212,9 +218,13 @@ class _Fit(NamedTuple):
     """What `evaluate` reads of a problem's re-estimation."""
 
     steps: int
-    ok: bool
+    result: RESULTS
     stopped_at_max_steps: bool
     message: str
+
+    @property
+    def ok(self) -> bool:
+        return bool(succeeded(self.result))
 
 
 class ProblemStepwise(StepwiseProblem):
@@ -288,12 +298,14 @@ class ProblemStepwise(StepwiseProblem):
         dlin = jax.jvp(lambda t: unscale(t, self.scales), (theta,), (jnp.ones_like(theta),))[1]
         sigma0 = jnp.where(jnp.isfinite(self.sigma), self.sigma, 0.0)
         S = jnp.where(jnp.asarray(self.observed)[:, None], J / dlin * sigma0[:, None], 0.0)
-        ok = bool(np.all(np.asarray(out.ok))) and bool(jnp.all(jnp.isfinite(S)))
+        result = first_failure(out.result)
+        if bool(succeeded(result)) and not bool(jnp.all(jnp.isfinite(S))):
+            result = RESULTS.nonfinite_sensitivity
         shape = self.problem.observed.shape
         value = float(
             np.sum(per_output(self.problem.distributions, lambda d: d.cost, r.reshape(shape)))
         )
-        return Point(jnp.asarray(theta_lin, float), r, S, ok, value)
+        return Point(jnp.asarray(theta_lin, float), r, S, result, value)
 
     def start(self) -> Point:
         return self.first
@@ -315,7 +327,6 @@ class ProblemStepwise(StepwiseProblem):
         )
         point = self._point(jnp.asarray(from_scale(theta_new, self.scales)))
         capped = bool(result == optx.RESULTS.nonlinear_max_steps_reached)
-        done = bool(result == optx.RESULTS.successful)
         message = (
             "no step lowers the cost, yet the gradient does not vanish (stagnation)"
             if bool(result == optx.RESULTS.stagnation)
@@ -323,7 +334,7 @@ class ProblemStepwise(StepwiseProblem):
         )
         if report is not None:
             report(int(steps), point.cost)
-        return point, _Fit(int(steps), done, capped, message)
+        return point, _Fit(int(steps), promoted(result), capped, message)
 
 
 # A re-estimation "reduces" the cost unless it ends above the start by more than this

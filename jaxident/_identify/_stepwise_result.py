@@ -40,8 +40,9 @@ class Evaluation(NamedTuple):
     re-estimation, re-estimated).
 
     - `added`: the parameters tried on top of the selection so far.
-    - `success`: whether they were all accepted.
-    - `reason`: why not (empty on success).
+    - `accepted`: whether they were all accepted (a decision: a rejected set is an
+      answer, not a failure).
+    - `reason`: why not (empty where accepted).
     - `rank`, `size`: numerical rank of the weighted sensitivity columns of the set, and
       the size of the set.
     - `rcond`: `sigma_min / sigma_max` of those columns (the square root of the inverse
@@ -54,7 +55,7 @@ class Evaluation(NamedTuple):
     """
 
     added: tuple[str, ...]
-    success: bool
+    accepted: bool
     reason: str
     rank: int
     size: int
@@ -282,7 +283,7 @@ def resume_state(resume, problem, procedure) -> Saved:
             f"continued ({detail}). Run with the same data, error model, start, bounds, "
             "candidates and method."
         )
-    last = max((i for i, e in enumerate(saved.history) if e.success), default=-1)
+    last = max((i for i, e in enumerate(saved.history) if e.accepted), default=-1)
     return saved._replace(history=saved.history[: last + 1])
 
 

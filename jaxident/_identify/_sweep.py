@@ -29,6 +29,7 @@ from .._runtime._batches import batched
 from .._runtime._config import compiler_options, version
 from .._runtime._equinox import checks_as_nan
 from .._runtime._files import arrays_hash
+from .._runtime._results import RESULTS, status_array, succeeded
 from .._solve._bdf import integrates_by_span
 from ._sweep_files import LazyFingerprint, read_parts, ResultFiles, unset
 
@@ -41,7 +42,8 @@ class SweepResult(eqx.Module):
     - `values`: the function's outputs, each leaf a NumPy array with a leading axis of
       length `n` (memory-mapped `.npy` files when `out_dir` was given). Failed samples
       hold NaN (or the function's own failure values).
-    - `ok`: boolean `(n,)`, `False` for failed samples.
+    - `result`: the samples' status (`ji.RESULTS`, `(n,)`): `sample_failed` for failed
+      samples; `ok` is the boolean `(n,)`, `False` for them.
     - `samples`: the inputs.
     - `compile_seconds`, `run_seconds`: the one-off compilation (0 when a previous sweep
       of the same function and input shapes was reused) and the evaluation time.
@@ -53,12 +55,17 @@ class SweepResult(eqx.Module):
     """
 
     values: Any
-    ok: np.ndarray
+    result: RESULTS
     samples: Any
     compile_seconds: float
     run_seconds: float
     devices: tuple[str, ...] = ()
     computed: np.ndarray | None = None
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Boolean `(n,)`: `False` for the failed samples."""
+        return succeeded(self.result)
 
     @property
     def _mine(self) -> np.ndarray:
@@ -361,7 +368,7 @@ def sweep(
     *host, ok_host = store.results()
     return SweepResult(
         values=jax.tree.unflatten(v_treedef, host),
-        ok=np.asarray(ok_host),
+        result=status_array(np.asarray(ok_host, bool)),
         samples=samples,
         compile_seconds=compile_seconds,
         run_seconds=run_seconds,
@@ -480,7 +487,7 @@ def load_sweep(out_dir: str | pathlib.Path, like: Any = None) -> SweepResult:
     values = leaves if like is None else jax.tree.unflatten(jax.tree.structure(like), leaves)
     return SweepResult(
         values=values,
-        ok=ok,
+        result=status_array(np.asarray(ok, bool)),
         samples=None,
         compile_seconds=0.0,
         run_seconds=0.0,

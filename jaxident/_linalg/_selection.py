@@ -4,12 +4,12 @@
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._runtime._results import RESULTS, succeeded
 from ._css._base import AbstractColumnSelectionMethod
 from ._dependence import components, Dependence, dependent_sets
 from ._rank import AbstractRankRule
-from ._results import RESULTS
 
 
 class Selection(eqx.Module):
@@ -60,11 +60,15 @@ class Selection(eqx.Module):
     R: Float[Array, "p p"]
     swaps: Int[Array, ""]
     result: RESULTS
-    ok: Bool[Array, ""]
     method: AbstractColumnSelectionMethod = eqx.field(static=True)
     rank_rule: AbstractRankRule | None = eqx.field(static=True)
     shape: tuple[int, int] = eqx.field(static=True)
     dependence: Dependence | None = None
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch"]:
+        """Whether the selection succeeded: `result == RESULTS.successful`."""
+        return succeeded(self.result)
 
     @property
     def mask(self) -> Bool[Array, "*batch p"]:

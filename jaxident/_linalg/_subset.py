@@ -7,6 +7,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike
 
 from .._runtime._host import clean_errors, device_array, run_kernel
+from .._runtime._results import message, RESULTS
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
 from ._dependence import dependence
@@ -18,7 +19,6 @@ from ._rank import (
     warn_if_low_precision,
     warn_if_near_threshold,
 )
-from ._results import RESULTS
 from ._scaling import equilibrate
 from ._selection import Selection
 
@@ -76,10 +76,7 @@ def check_k(k, p: int):
 
 
 def _selection_message(sel) -> str | None:
-    value = int(sel.result._value)
-    if value == RESULTS.successful._value:
-        return None
-    return RESULTS._index_to_message[value]
+    return message(sel.result)
 
 
 @eqx.filter_jit
@@ -116,7 +113,7 @@ def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, units, 
         gamma1, gamma2, tau = css_metrics(sigma, after(sel.R, sel.rho), sel.k, n)
     else:
         gamma1 = gamma2 = tau = nan
-    result = RESULTS.where(finite, sel.result, RESULTS.nonfinite_input)
+    result = RESULTS.where(finite, sel.result, RESULTS.nonfinite_matrix)
     out = Selection(
         names=names,
         perm=sel.perm,
@@ -131,7 +128,6 @@ def _select(S, k, method, rank, names, row_scale, metrics, equilibrated, units, 
         R=jnp.where(finite, sel.R, nan),
         swaps=sel.swaps,
         result=result,
-        ok=result == RESULTS.successful,
         method=method,
         rank_rule=rule,
         shape=(n, p),

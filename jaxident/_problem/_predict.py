@@ -24,6 +24,7 @@ from .._runtime._host import (
     is_traced,
     on_error_mode,
 )
+from .._runtime._results import first_failure, RESULTS, succeeded
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 from .._solve._simulate import simulate, solve
@@ -119,7 +120,8 @@ class Prediction(eqx.Module):
     time grid: `outputs` `(e, n, m)`, `sigma` `(e, n, m)`, `residuals` (weighted, on
     the transformed scale, 0 where no datum), `jacobian` `(e, n, m, q)` (of the weighted
     residuals with respect to `theta` on the estimation scale, or `None`),
-    `log_likelihood` (PEtab's, over the observed data), `ok` per experiment, and
+    `log_likelihood` (PEtab's, over the observed data), `result` (`ji.RESULTS`) per
+    experiment (`ok`: whether each is `successful`), and
     `steps`, the accepted steps of each experiment's solve (after its
     pre-equilibration, if any; 0 for measurements at steady state)."""
 
@@ -128,9 +130,14 @@ class Prediction(eqx.Module):
     residuals: Float[Array, "e n m"]
     jacobian: Float[Array, "e n m q"] | None
     log_likelihood: Float[Array, ""]
-    ok: Bool[Array, " e"]
+    result: RESULTS
     noise_jacobian: Float[Array, "e n m q"] | None = None
     steps: Int[Array, " e"] | None = None
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch e"]:
+        """Whether each experiment's solve succeeded with finite outputs."""
+        return succeeded(self.result)
 
 
 PLAIN_ADJOINT = diffrax.RecursiveCheckpointAdjoint()
@@ -150,8 +157,8 @@ def predict_kernel(
     takes Jacobians by `jax.jacfwd`. `error_mode` (equinox's, see `on_error_mode`) only
     keys the compilation cache: called from the host the kernel is compiled with the
     libraries' checks as NaN (no host callbacks; its `ok` flags report failures)."""
-    y, Y, ok, steps = solved_outputs(problem, theta, integrator, jacobian, adjoint)
-    return likelihood(problem, y, Y, ok, steps, jacobian)
+    y, Y, result, steps = solved_outputs(problem, theta, integrator, jacobian, adjoint)
+    return likelihood(problem, y, Y, result, steps, jacobian)
 
 
 def solved_outputs(problem, theta, integrator, jacobian, adjoint):
@@ -177,7 +184,7 @@ def solved_outputs(problem, theta, integrator, jacobian, adjoint):
             else:
                 solved = solve(model, th_e, times, integrator, adjoint, seen)
                 y, Y = solved.ys, None
-            return y.reshape(times.shape[0], -1), Y, solved.ok, solved.num_steps
+            return y.reshape(times.shape[0], -1), Y, solved.result, solved.num_steps
 
         return run
 
@@ -187,9 +194,11 @@ def solved_outputs(problem, theta, integrator, jacobian, adjoint):
             n = times.shape[0]
             y, Y = _at_steady_state(model, th_e, M_e, n, integrator, jacobian)
             ok = jnp.all(jnp.isfinite(y) | ~seen)
+            result = RESULTS.where(ok, RESULTS.successful, RESULTS.nonfinite_output)
             if jacobian:  # (a tangent the implicit function theorem cannot give is NaN)
-                ok = ok & jnp.all(jnp.isfinite(Y) | ~seen[..., None])
-            return y, Y, ok, jnp.zeros((), jnp.asarray(0).dtype)
+                good = jnp.all(jnp.isfinite(Y) | ~seen[..., None])
+                result = RESULTS.where(good, result, RESULTS.nonfinite_sensitivity)
+            return y, Y, result, jnp.zeros((), jnp.asarray(0).dtype)
 
         return run
 
@@ -203,17 +212,17 @@ def solved_outputs(problem, theta, integrator, jacobian, adjoint):
     seen = problem.observed
     if any(problem.noise_outputs):
         seen = jnp.concatenate([seen, seen & jnp.asarray(problem.noise_outputs)], axis=-1)
-    y, Y, ok, steps = _in_turn(kinds, fns, (th, M, problem.times, seen))
+    y, Y, result, steps = _in_turn(kinds, fns, (th, M, problem.times, seen))
     if jacobian and cols is not None:
         q = theta.shape[0]
         Yt = jnp.moveaxis(Y, -1, 1)  # (e, columns, n, outputs)
         full = jnp.zeros((Yt.shape[0], q + 1, *Yt.shape[2:]), Yt.dtype)
         full = full.at[np.arange(Yt.shape[0])[:, None], cols].set(Yt)
         Y = jnp.moveaxis(full[:, :q], 1, -1)
-    return y, Y, ok, steps
+    return y, Y, result, steps
 
 
-def likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
+def likelihood(problem, y, Y, result, steps, jacobian) -> Prediction:
     """The prediction from the solved outputs: the observables' residuals on their
     transformed scales over the noise, the log-likelihood, and where `jacobian` the
     weighted residuals' Jacobian (and the noise rows of a noise model with
@@ -252,7 +261,7 @@ def likelihood(problem, y, Y, ok, steps, jacobian) -> Prediction:
             noise_J = jnp.where(
                 problem.observed[..., None], dS * (jnp.sqrt(c) / sigma)[..., None], 0.0
             )
-    return Prediction(pred, sigma, r, J, llh, ok, noise_J, steps)
+    return Prediction(pred, sigma, r, J, llh, result, noise_J, steps)
 
 
 def predict(
@@ -277,7 +286,7 @@ def predict(
             predict_kernel, problem, theta, integrator, bool(jacobian), PLAIN_ADJOINT,
             on_error_mode(), optimize=solve_optimized(),
         )  # fmt: skip
-    if is_traced(out.ok):  # failures are NaN and ok, unless asked to raise
+    if is_traced(out.result):  # failures are NaN and ok, unless asked to raise
         if throw is True:
             return eqx.error_if(out, ~jnp.all(out.ok), "A solve failed (see .ok).")
         return out
@@ -403,7 +412,7 @@ def problem_sensitivity(
         names=problem.parameters.names,
         output_names=None,
         scale=SensitivityScale.noise,
-        ok=device_array(bool(np.all(np.asarray(out.ok)))),
+        result=first_failure(out.result),
         accuracy=accuracy(problem.model, integrator, J.dtype),
         units=device_array(estimation_units(problem, check_theta(problem, theta))),
     )

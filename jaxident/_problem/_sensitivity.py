@@ -15,6 +15,7 @@ from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
 from .._runtime._host import clean_errors, run_kernel
+from .._runtime._results import names as result_names, RESULTS, succeeded
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
     Sensitivity as Sensitivity,
@@ -25,49 +26,27 @@ from ._base import Problem
 from ._predict import problem_sensitivity
 
 
-_ZERO_OUTPUT = (
-    "scale='relative' divides by the outputs, and an output is exactly zero at some "
-    "observation time (often at t0). Drop that time from `times`, or use scale='none'."
-)
-
-
 @eqx.filter_jit
 def _sensitivity(model, theta, times, integrator, scale, throw):
     p = theta.shape[0]
     y, S, solved = forward_sensitivities(
         model, theta, times, integrator, jnp.eye(p, dtype=theta.dtype)
     )
-    ok = solved.ok
-    ok = ok & jnp.all(jnp.isfinite(S))
+    result = _checked(solved.result, jnp.all(jnp.isfinite(S)), RESULTS.nonfinite_sensitivity)
     if scale is SensitivityScale.relative:
-        nonzero = jnp.all(y != 0)
-        if throw:  # (False, or the error mode: `run_kernel`)
-            S = eqx.error_if(
-                S,
-                ok & jnp.any(theta == 0),
-                "scale='relative' multiplies each column by its parameter value, and a "
-                "parameter is exactly zero: its column would be zero and the parameter "
-                "called non-identifiable for no reason. Use scale='none' there.",
-            )
-        ok = ok & jnp.all(theta != 0)
+        result = _checked(result, jnp.all(theta != 0), RESULTS.zero_parameter)
+        result = _checked(result, jnp.all(y != 0), RESULTS.zero_output)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
-        if throw:  # (False, or the error mode: `run_kernel`)
-            S = eqx.error_if(S, ok & ~nonzero, _ZERO_OUTPUT)
-        ok = ok & nonzero
-    solved = solved._replace(ok=ok)
+    solved = solved._replace(result=result)
     if throw:  # (False, or the error mode: `run_kernel`)
         S = raise_if_failed(model, S, solved, integrator)
-    S = jnp.where(ok, S, jnp.asarray(jnp.nan, S.dtype))
-    return S, y, ok, status(solved)
+    S = jnp.where(solved.ok, S, jnp.asarray(jnp.nan, S.dtype))
+    return S, y, result, status(solved)
 
 
-def _sensitivity_message(model, scale, out, integrator=None):
-    _, y, _, st = out
-    zero_output = not bool(np.all(np.asarray(y) != 0))
-    relative = SensitivityScale.of(scale, "scale") is SensitivityScale.relative
-    if relative and not bool(st.ok) and bool(st.success) and zero_output:
-        return _ZERO_OUTPUT
-    return failure_message(model, st, integrator)
+def _checked(result, good, failure):
+    """`result`, or `failure` where it succeeded but `good` does not hold."""
+    return RESULTS.where((result != RESULTS.successful) | good, result, failure)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -117,7 +96,7 @@ def sensitivity(
                 "off zero."
             )
     integrator = model.integrator if integrator is None else integrator
-    S, y, ok, _ = run_kernel(
+    S, y, result, _ = run_kernel(
         _sensitivity,
         model,
         theta,
@@ -125,7 +104,7 @@ def sensitivity(
         integrator,
         scale,
         throw=throw,
-        message=lambda out: _sensitivity_message(model, scale, out, integrator),
+        message=lambda out: failure_message(model, out[-1], integrator),
         optimize=solve_optimized(),
     )
     return Sensitivity(
@@ -135,7 +114,7 @@ def sensitivity(
         names=model.parameters.names,
         output_names=model.output_names,
         scale=scale,
-        ok=ok,
+        result=result,
         accuracy=accuracy(model, integrator, S.dtype),
         units=_model_units(model.parameters, theta, scale),
     )
@@ -210,7 +189,7 @@ class LSensitivity(eqx.Module):
       `M = [d I]`, `Y[:, 1:]`, eq. 13): the L-SERC matrix of eq. (12). For a smooth model
       it equals the classical sensitivity matrix.
     - `directions`: the `(p, k)` directions matrix `M`.
-    - `outputs`, `times`, `names`, `output_names`, `ok`: as for `Sensitivity`.
+    - `outputs`, `times`, `names`, `output_names`, `result`: as for `Sensitivity`.
     """
 
     Y: Float[Array, "rows k"]
@@ -220,8 +199,13 @@ class LSensitivity(eqx.Module):
     times: Float[Array, " n"]
     names: tuple[str, ...] = eqx.field(static=True)
     output_names: tuple[str, ...] | None = eqx.field(static=True)
-    ok: Bool[Array, ""]
+    result: RESULTS
     accuracy: float | None = eqx.field(static=True, default=None)
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch"]:
+        """Whether the solve succeeded with finite L-sensitivities."""
+        return succeeded(self.result)
 
     def to_dict(self) -> dict:
         return {
@@ -230,6 +214,7 @@ class LSensitivity(eqx.Module):
             "directions": np.asarray(self.directions).tolist(),
             "names": list(self.names),
             "ok": bool(self.ok),
+            "result": result_names(self.result),
         }
 
     def __repr__(self) -> str:
@@ -243,16 +228,17 @@ class LSensitivity(eqx.Module):
 @eqx.filter_jit
 def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, throw):
     y, Y, solved = forward_sensitivities(model, theta, times, integrator, M)
-    ok = solved.ok & jnp.all(jnp.isfinite(Y))
+    result = _checked(solved.result, jnp.all(jnp.isfinite(Y)), RESULTS.nonfinite_sensitivity)
+    ok = result == RESULTS.successful
     if first_is_direction:
         L = Y[:, 1:]
     else:
         L = matmul(Y, jnp.linalg.pinv(after(M, Y)))
-    solved = solved._replace(ok=ok)
+    solved = solved._replace(result=result)
     if throw:  # (False, or the error mode: `run_kernel`)
         L = raise_if_failed(model, L, solved)
     nan = jnp.asarray(jnp.nan, L.dtype)
-    return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, ok, status(solved)
+    return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, result, status(solved)
 
 
 @clean_errors(diagnose=solve_failure_point)
@@ -307,7 +293,7 @@ def ld_sensitivity(
             f"(full row rank); got shape {M.shape}."
         )
     integrator = model.integrator if integrator is None else integrator
-    Y, L, y, ok, _ = run_kernel(
+    Y, L, y, result, _ = run_kernel(
         _ld_sensitivity,
         model,
         theta,
@@ -326,6 +312,6 @@ def ld_sensitivity(
         times=times,
         names=model.parameters.names,
         output_names=model.output_names,
-        ok=ok,
+        result=result,
         accuracy=accuracy(model, integrator, L.dtype),
     )

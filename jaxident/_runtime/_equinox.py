@@ -42,3 +42,19 @@ def checks_as_nan():
     finally:
         eqx_errors.EQX_ON_ERROR = mode
         eqx_errors.branched_error_if_impl_jit = impl
+
+
+def enumeration_item(codes, enumeration):
+    """An item of `enumeration` holding `codes` (an array of its codes for a batch):
+    equinox makes items only from its own `where` and `promote`, one scalar at a time."""
+    return type(enumeration.successful)(codes, enumeration)
+
+
+def enumeration_codes(item):
+    """The codes an enumeration item holds (its value)."""
+    return item._value
+
+
+def enumeration_items(enumeration) -> dict:
+    """`{name: item}` of an enumeration, its parents' items included."""
+    return dict(enumeration._name_to_item)

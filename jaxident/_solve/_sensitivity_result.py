@@ -3,9 +3,10 @@
 
 import equinox as eqx
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._runtime._choice import Choice
+from .._runtime._results import names as result_names, RESULTS, succeeded
 
 
 class SensitivityScale(Choice):
@@ -33,7 +34,9 @@ class Sensitivity(eqx.Module):
     - `output_names`: the output names, or `None`.
     - `scale`: a `ji.SensitivityScale`: `none` (dy/dtheta), `relative` (dlog y / dlog theta) or
       `noise` (a problem's rows, weighted by their noise).
-    - `ok`: `False` where the solve failed (only with `throw=False`; the matrix is NaN).
+    - `result`: the status (`ji.RESULTS`): not `successful` where the solve failed or
+      the matrix is not finite (only with `throw=False`; the matrix is NaN then); `ok`
+      is `result == successful`.
     - `accuracy`: the relative accuracy of the entries (`10 rtol` of the integrator, see
       `ji.Integrator`); the default rank rules ask for no more digits than this.
     - `units`: `(p,)`, the size of a unit move of each parameter on the columns' scale
@@ -51,9 +54,14 @@ class Sensitivity(eqx.Module):
     scale: SensitivityScale = eqx.field(
         static=True, converter=lambda s: SensitivityScale.of(s, "scale")
     )
-    ok: Bool[Array, ""]
+    result: RESULTS
     accuracy: float | None = eqx.field(static=True, default=None)
     units: Float[Array, " p"] | None = None
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch"]:
+        """Whether the solve succeeded with a finite matrix."""
+        return succeeded(self.result)
 
     @property
     def n_outputs(self) -> int:
@@ -69,6 +77,7 @@ class Sensitivity(eqx.Module):
             "output_names": None if self.output_names is None else list(self.output_names),
             "scale": self.scale,
             "ok": bool(self.ok),
+            "result": result_names(self.result),
         }
 
     def __repr__(self) -> str:

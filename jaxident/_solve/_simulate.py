@@ -25,6 +25,14 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
 from .._runtime._host import clean_errors, run_kernel
+from .._runtime._results import (
+    items as result_items,
+    names as result_names,
+    promoted,
+    RESULTS,
+    status_codes,
+    succeeded,
+)
 from ._bdf import BDF, diffrax_solver, with_sparsity
 from ._rosenbrock import traced_once
 
@@ -37,16 +45,21 @@ class Trajectory(eqx.Module):
     - `ts`: the observation times, shape `(n,)`.
     - `xs`: the states at `ts` (a PyTree with leading axis `n`).
     - `ys`: the outputs at `ts`, shape `(n, n_outputs)`.
-    - `ok`: whether the solve succeeded with finite outputs (always `True` unless
-      `throw=False`; failed solves then have NaN `xs` and `ys`).
+    - `result`: the status (`ji.RESULTS`; always `successful` unless `throw=False`:
+      failed solves then have NaN `xs` and `ys`); `ok` is `result == successful`.
     - `num_steps`: accepted solver steps.
     """
 
     ts: Float[Array, " n"]
     xs: PyTree[Array]
     ys: Float[Array, "n m"]
-    ok: Bool[Array, ""]
+    result: RESULTS
     num_steps: Array
+
+    @property
+    def ok(self) -> Bool[ArrayLike, "*batch"]:
+        """Whether the solve succeeded with finite outputs."""
+        return succeeded(self.result)
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +67,7 @@ class Trajectory(eqx.Module):
             "xs": jax.tree.map(lambda x: np.asarray(x).tolist(), self.xs),
             "ys": np.asarray(self.ys).tolist(),
             "ok": np.asarray(self.ok).tolist(),
+            "result": result_names(self.result),
             "num_steps": np.asarray(self.num_steps).tolist(),
         }
 
@@ -88,44 +102,58 @@ def _advice(solver) -> str:
     )
 
 
-def _solver_failure_messages(name: str, dae: bool = False, integrator=None) -> list[str]:
-    msgs = getattr(diffrax.RESULTS, "_index_to_message", None)
-    if msgs is None:  # pragma: no cover - diffrax internals changed
-        msgs = ["", "the solver failed"]
-    special = {
-        int(diffrax.RESULTS.nonfinite._value): (
+def failure_messages(name: str, dae: bool = False, integrator=None) -> list[str]:
+    """The message for each `RESULTS` code of a failed solve of the model called `name`:
+    the status's own text with what to try (`_advice`) and, for a DAE, where the
+    algebraic solve may have failed; index 0 (`successful`) is unused."""
+    solver = None if integrator is None else integrator.solver
+    special = [
+        (RESULTS.nonfinite, (
             "the right-hand side returned NaN or inf, and ever smaller steps did not help. "
             "Check the model equations for divisions by zero, square roots or logarithms "
             "of negative numbers, or overflow, at these parameter values (a sweep reports "
             "such samples as failures instead)."
-        ),
-        int(CASCADE._value): (
+        )),
+        (CASCADE, (
             "events trigger each other without end at one time: each event's assignments "
             "make another event's trigger true (more than twice as many events as there "
             "are triggers fired at one time; SBML simulators refuse such a cascade too). "
             "Check the events' triggers and assignments."
-        ),
-        int(diffrax.RESULTS.dt_min_reached._value): (
+        )),
+        (RESULTS.dt_min_reached, (
             "the step size collapsed: the solution has a singularity (it blows up in "
             "finite time, or the right-hand side is not defined beyond some time). Check "
             "the model equations and the parameter values (a sweep reports such samples as "
             "failures instead)."
-        ),
-    }
-    out = []
-    for i, m in enumerate(msgs):
-        m = m or "the solver failed"
-        solver = None if integrator is None else integrator.solver
+        )),
+    ]  # fmt: skip
+    special = {int(status_codes(promoted(k))): v for k, v in special}
+    out = [""] * len(RESULTS)
+    for key, item in result_items().items():
+        i = int(status_codes(item))
+        m = RESULTS[item] or "the solver failed"
+        if key not in result_items(diffrax.RESULTS):  # ours: what the message says
+            out[i] = m
+            continue
         text = special.get(i) or f"{m} {_advice(solver)}"
-        out.append(
-            f"Integrating {name} failed: {text}"
-            + (
-                " For a DAE, the Newton solve of the algebraic equations may have failed "
-                "along the way: g_w singular (loss of index 1) or no solution nearby."
-                if dae
-                else ""
-            )
+        out[i] = f"Integrating {name} failed: {text}" + (
+            " For a DAE, the Newton solve of the algebraic equations may have failed "
+            "along the way: g_w singular (loss of index 1) or no solution nearby."
+            if dae
+            else ""
         )
+    out[int(status_codes(RESULTS.inconsistent_initial_values))] = (
+        f"{name}: no consistent initial values for the algebraic variables: the Newton "
+        "solve of g(t0, x0, w, theta) = 0 from initial_algebraic_guess did not converge, or "
+        "g_w is singular there (the DAE is not index 1 at t0). Check the guess and the "
+        "parameter values."
+    )
+    out[int(status_codes(RESULTS.nonfinite_output))] = (
+        f"{name} produced NaN or inf outputs (the solver itself succeeded): check the "
+        "model equations and the parameter values for divisions by zero, logarithms or "
+        "square roots of negative numbers"
+        + (", or the algebraic solve at an output time." if dae else ".")
+    )
     return out
 
 
@@ -515,13 +543,18 @@ def _select(where, new, old):
 
 
 class Solved(NamedTuple):
+    """A solve's states and outputs (NaN where it failed), its status (`RESULTS`: the
+    solver's own, `inconsistent_initial_values` for a DAE, `nonfinite_output`) and its
+    accepted steps."""
+
     xs: Any
     ys: Array
-    ok: Array
-    success: Array
-    init_ok: Array
-    result_index: Array
+    result: RESULTS
     num_steps: Array
+
+    @property
+    def ok(self):
+        return succeeded(self.result)
 
 
 def first_state(model: AbstractModel, th, integrator: Integrator):
@@ -562,14 +595,17 @@ def integrate(integrator: Integrator, term, solver, t0, t1, y_start, ts, args, c
 
 
 def solved(states, ys, seg: Segments, init_ok, finite) -> Solved:
-    """The record of a solve: `ok` where the integration succeeded, the initial values
-    were consistent and what must be finite is (`finite`), the states and outputs NaN
-    elsewhere."""
-    success = (seg.result == diffrax.RESULTS.successful) & init_ok
-    ok = success & finite
+    """The record of a solve: successful where the integration succeeded, the initial
+    values were consistent and what must be finite is (`finite`), the states and
+    outputs NaN elsewhere."""
+    result = RESULTS.where(init_ok, promoted(seg.result), RESULTS.inconsistent_initial_values)
+    result = RESULTS.where(
+        (result != RESULTS.successful) | finite, result, RESULTS.nonfinite_output
+    )
+    ok = result == RESULTS.successful
     ys = jnp.where(ok, ys, jnp.asarray(jnp.nan, ys.dtype))
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
-    return Solved(states, ys, ok, success, init_ok, seg.result._value, seg.num_steps)
+    return Solved(states, ys, result, seg.num_steps)
 
 
 def solve(
@@ -640,67 +676,28 @@ def _solve_algebraic(model: AlgebraicModel, th, times: Array) -> Solved:
     ys = jax.vmap(lambda ui: jnp.atleast_1d(model.response(ui, th)))(u)
     ok = jnp.all(jnp.isfinite(ys))
     ys = jnp.where(ok, ys, jnp.asarray(jnp.nan, ys.dtype))
-    true, zero = jnp.asarray(True), jnp.asarray(0, jnp.int32)
-    return Solved(ys, ys, ok, true, true, zero, zero)
+    result = RESULTS.where(ok, RESULTS.successful, RESULTS.nonfinite_output)
+    return Solved(ys, ys, result, jnp.asarray(0, jnp.int32))
 
 
-def _failure_checks(model, solved: Solved, integrator=None):
-    """`(pred, index, messages)` of a failed solve: the DAE initialisation, the ODE
-    solver's own reason, or non-finite outputs (`integrator`: the one that solved, for
-    the advice; default the model's)."""
+def _messages(model, integrator=None) -> list[str]:
+    """`failure_messages` for `model` (`integrator`: the one that solved, for the
+    advice; default the model's)."""
     integrator = getattr(model, "integrator", None) if integrator is None else integrator
-    name = type(model).__name__
-    dae = isinstance(model, DAEModel)
-    checks = []
-    if dae:
-        checks.append(
-            (
-                ~solved.init_ok,
-                0,
-                [
-                    f"{name}: no consistent initial values for the algebraic variables: the "
-                    "Newton solve of g(t0, x0, w, theta) = 0 from initial_algebraic_guess did "
-                    "not converge, or g_w is singular there (the DAE is not index 1 at t0). "
-                    "Check the guess and the parameter values."
-                ],
-            )
-        )
-    checks.append(
-        (
-            solved.init_ok & ~solved.success,
-            solved.result_index,
-            _solver_failure_messages(name, dae, integrator),
-        )
-    )
-    checks.append(
-        (
-            solved.success & ~solved.ok,
-            0,
-            [
-                f"{name} produced NaN or inf outputs (the solver itself succeeded): check the "
-                "model equations and the parameter values for divisions by zero, logarithms "
-                "or square roots of negative numbers"
-                + (", or the algebraic solve at an output time." if dae else ".")
-            ],
-        )
-    )
-    return checks
+    return failure_messages(type(model).__name__, isinstance(model, DAEModel), integrator)
 
 
 def raise_if_failed(model, x, solved: Solved, integrator=None):
     """Raise a clear message when the solve failed (compiled in: `eqx.error_if`)."""
-    for pred, index, msgs in _failure_checks(model, solved, integrator):
-        x = eqx.branched_error_if(x, pred, index, msgs)
-    return x
+    code = status_codes(solved.result)
+    return eqx.branched_error_if(x, ~solved.ok, code, _messages(model, integrator))
 
 
 def failure_message(model, solved: Solved, integrator=None) -> str | None:
     """The same message on the host, from a concrete status (or `None`)."""
-    solved = jax.tree.map(np.asarray, solved)  # NumPy: no small programs to compile
-    for pred, index, msgs in _failure_checks(model, solved, integrator):
-        if bool(pred):
-            return msgs[int(index)]
-    return None
+    codes = np.ravel(status_codes(solved.result))
+    bad = codes[codes != int(status_codes(RESULTS.successful))]
+    return _messages(model, integrator)[int(bad[0])] if bad.size else None
 
 
 def status(solved: Solved) -> Solved:
@@ -714,7 +711,7 @@ def _simulate(model, theta, times, integrator, throw):
     ys = solved.ys
     if throw:  # (False, or the error mode: `run_kernel`)
         ys = raise_if_failed(model, ys, solved, integrator)
-    traj = Trajectory(ts=times, xs=solved.xs, ys=ys, ok=solved.ok, num_steps=solved.num_steps)
+    traj = Trajectory(times, solved.xs, ys, solved.result, solved.num_steps)
     return traj, status(solved)
 
 

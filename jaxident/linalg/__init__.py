@@ -40,7 +40,6 @@ from .._linalg._ranking import (
     Orthogonalization as Orthogonalization,
     SensitivityNorm as SensitivityNorm,
 )
-from .._linalg._results import RESULTS as RESULTS
 from .._linalg._scaling import (
     equilibrate as equilibrate,
     output_row_scale as output_row_scale,
@@ -57,4 +56,5 @@ from .._linalg._sce import (
 from .._linalg._selection import Selection as Selection
 from .._linalg._subset import column_subset as column_subset, srrqr as srrqr
 from .._runtime import _config as _config
+from .._runtime._results import RESULTS as RESULTS
 from . import testmatrices as testmatrices

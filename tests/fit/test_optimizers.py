@@ -7,7 +7,6 @@ import sys
 
 import jax
 import numpy as np
-import optimistix as optx
 import pytest
 import scipy.optimize as so
 from helpers import write_petab
@@ -118,7 +117,7 @@ def test_a_start_where_the_model_fails(monkeypatch):
                                                                    np.zeros((2, 2))))  # fmt: skip
     fits = ji.estimate(problem, starts=2, progress=False, throw=False, optimizer=ji.Fides()).fits
     assert np.all(np.isinf(np.asarray(fits.nll)))
-    assert np.all(fits.result == optx.RESULTS.nonlinear_divergence)
+    assert np.all(fits.result == ji.RESULTS.nonlinear_divergence)
     with pytest.raises(RuntimeError, match="Estimation failed at all 2 starts"):
         ji.estimate(problem, starts=2, progress=False, optimizer=ji.Fides())
 

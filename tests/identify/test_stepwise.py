@@ -251,7 +251,7 @@ def test_linear_selects_exactly_the_main_effects(linear, order):
     assert list(res.selected) == expected
     assert res.n_evaluations <= 10 and res.n_evaluations == len(res.history)
     assert res.procedure is Procedure.set_by_set and res.procedure == "set-by-set"
-    assert all(e.success for e in res.history)  # 16 + 8 + 4 + 2 + 1
+    assert all(e.accepted for e in res.history)  # 16 + 8 + 4 + 2 + 1
     assert [e.size for e in res.history] == [16, 24, 28, 30, 31]
     assert res.worst_case == {"set_by_set": 8588, "one_by_one": 461281}
     np.testing.assert_array_equal(res.theta, theta0)  # nothing re-estimated
@@ -364,7 +364,7 @@ def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monke
     assert part.stop_reason.startswith("interrupted") and part.n_evaluations == 2
     untimed = [e._replace(seconds=0.0) for e in part.history]
     assert untimed == [e._replace(seconds=0.0) for e in full.history[:2]]
-    accepted = [n for e in full.history[:2] if e.success for n in e.added]
+    accepted = [n for e in full.history[:2] if e.accepted for n in e.added]
     assert list(part.selected) == accepted and len(part.relative_std) == len(accepted)
 
 

@@ -57,7 +57,7 @@ def test_fisher_test_is_made_again_at_the_re_estimate():
                         method=method, progress=False)  # fmt: skip
     assert len(res.selected) == 1
     last = res.history[-1]
-    assert not last.success and last.size == 2
+    assert not last.accepted and last.size == 2
     assert last.reason.startswith("Fisher matrix singular at the re-estimate (rank 1 < 2)")
     assert last.rcond < 1e-6
     # the re-estimate the test rejected is the closed-form least squares: b = 0
@@ -74,13 +74,13 @@ def test_a_re_estimation_that_does_not_converge_is_a_failure():
     one_step = ji.Stepwise(reestimate=True, max_steps=1)
     res = ji.set_by_set(m, data, method=one_step, **kw)
     assert res.selected == () and res.stop_reason == "no parameter is identifiable"
-    assert all(not e.success for e in res.history)
+    assert all(not e.accepted for e in res.history)
     assert all(e.reason == "re-estimation did not converge in max_steps=1" for e in res.history)
     assert all(e.cost < res.cost0 for e in res.history)  # they did lower the cost
     # accepted only when asked, and then said so
     lenient = ji.Stepwise(reestimate=True, max_steps=1, accept_unconverged=True)
     res = ji.set_by_set(m, data, method=lenient, **kw)
-    assert len(res.selected) >= 1 and res.history[0].success
+    assert len(res.selected) >= 1 and res.history[0].accepted
     assert res.history[0].reason == "(accepted: re-estimation did not converge in max_steps=1)"
     # converged: both selected at the closed-form estimate
     res = ji.set_by_set(m, data, method=ji.Stepwise(reestimate=True), **kw)
@@ -189,8 +189,8 @@ def _interrupting(monkeypatch, at):
 
 
 def _same_history(a, b):
-    assert [(e.added, e.success, e.reason, e.rank, e.size) for e in a] == [
-        (e.added, e.success, e.reason, e.rank, e.size) for e in b
+    assert [(e.added, e.accepted, e.reason, e.rank, e.size) for e in a] == [
+        (e.added, e.accepted, e.reason, e.rank, e.size) for e in b
     ]
     for x, y in zip(a, b):
         np.testing.assert_allclose([x.rcond, x.cost], [y.rcond, y.cost], rtol=1e-10)
@@ -241,13 +241,13 @@ def test_resume_makes_the_unfinished_round_again(monkeypatch):
     kw = dict(theta0=m.initial_estimates("increasing"), error=ji.MeasurementError(0.0, 0.5),
               method=ji.Stepwise(criterion=ji.SensitivityNorm()), progress=False)  # fmt: skip
     full = ji.set_by_set(m, data, **kw)
-    fails = [i for i, e in enumerate(full.history) if not e.success]
-    cut = next(i for i in fails if i > 0 and full.history[i - 1].success) + 1
+    fails = [i for i, e in enumerate(full.history) if not e.accepted]
+    cut = next(i for i in fails if i > 0 and full.history[i - 1].accepted) + 1
     with monkeypatch.context() as mp:
         _interrupting(mp, cut + 1)
         with pytest.warns(UserWarning, match=f"interrupted after {cut} evaluations"):
             part = ji.set_by_set(m, data, **kw)
-    assert not part.history[-1].success  # it stopped inside a round
+    assert not part.history[-1].accepted  # it stopped inside a round
     done = ji.set_by_set(m, data, resume=part, **kw)
     assert done.selected == full.selected
     _same_history(done.history, full.history)
@@ -303,7 +303,7 @@ def test_problem_selection_is_the_model_selection():
     a = ji.set_by_set(lin, progress=False)
     b = ji.set_by_set(log, progress=False)
     assert a.selected == b.selected and len(a.selected) == 2
-    assert [h.success for h in a.history] == [h.success for h in b.history]
+    assert [h.accepted for h in a.history] == [h.accepted for h in b.history]
     np.testing.assert_allclose(b.relative_std, a.relative_std, rtol=1e-6)
     np.testing.assert_allclose(b.cost0, a.cost0, rtol=1e-9)
     np.testing.assert_allclose(b.theta, a.theta, rtol=1e-12)

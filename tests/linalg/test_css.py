@@ -234,11 +234,11 @@ def test_bad_input():
         L.column_subset(S, k=1)
     # under a trace: a status by default, a run-time error with throw=True
     traced = eqx.filter_jit(lambda S: L.column_subset(S, k=1).result)(S)
-    assert traced == L.RESULTS.nonfinite_input
+    assert traced == L.RESULTS.nonfinite_matrix
     with pytest.raises(eqx.EquinoxRuntimeError, match="NaN or inf"):
         eqx.filter_jit(lambda S: L.column_subset(S, k=1, throw=True).perm)(S)
     sel = L.column_subset(S, k=1, throw=False)
-    assert sel.result == L.RESULTS.nonfinite_input
+    assert sel.result == L.RESULTS.nonfinite_matrix
 
 
 def test_singular_leading_block_reported():

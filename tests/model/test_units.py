@@ -78,7 +78,7 @@ def test_sensitivity_rows_are_weighted_per_output():
         names=sens.names,
         output_names=sens.output_names,
         scale=sens.scale,
-        ok=sens.ok,
+        result=sens.result,
         accuracy=sens.accuracy,
     )
     sel = ji.select_parameters(scaled)

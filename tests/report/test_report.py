@@ -623,6 +623,7 @@ def test_report_json_is_strict_where_a_profile_point_failed(tmp_path):
     import dataclasses
 
     from jaxident._fit._profile import Profile
+    from jaxident._runtime._results import status_array
 
     rep = ji.analyze(Product(), sigma=0.01)
     failed = Profile(
@@ -631,7 +632,7 @@ def test_report_json_is_strict_where_a_profile_point_failed(tmp_path):
         ("b",),
         np.array([[2.0], [np.nan], [0.5]]),
         np.array([0.1, np.nan, 0.1]),
-        np.array([True, False, True]),
+        status_array(np.array([True, False, True])),
         ("", "the fit failed", ""),
     )
     rep = dataclasses.replace(rep, profiles={"a": failed})

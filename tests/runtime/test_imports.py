@@ -450,3 +450,37 @@ def test_strings_select_no_behaviour_but_the_listed():
     places still to mend (`STRINGS_CHOOSING`)."""
     planted = '\ndef _probe(box):\n    return 1 if box == "face" else 0\n'
     _ratchet(_string_compared, {**STRINGS_READ, **STRINGS_CHOOSING}, planted)
+
+
+STATUS_FIELDS = {"ok", "success", "init_ok", "failed", "converged"}
+# a flag that is a solver's state between steps, not a result's status
+STATUS_FLAGS = {
+    ("jaxident._fit._solvers", "_State", "failed"): "the LM's state: its `terminate` "
+    "turns it into the fit's `RESULTS`",
+}
+
+
+def _status_fields(extra: str = "") -> set:
+    """`(module, class, field)` of every class field (an annotated name in a class body:
+    an `eqx.Module`'s, a dataclass's or a `NamedTuple`'s) named as a status flag, with
+    `extra` source appended to `jaxident._fit._multistart` (a planted case)."""
+    out = set()
+    for mod, f in _modules().items():
+        tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
+        for cls in ast.walk(tree):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in cls.body:
+                name = getattr(getattr(node, "target", None), "id", None)
+                if isinstance(node, ast.AnnAssign) and name in STATUS_FIELDS:
+                    out.add((mod, cls.name, name))
+    return out
+
+
+def test_results_carry_one_status_type():
+    """No result carries its status as a flag of its own (`ok`, `success`, ...): every
+    one carries `result`, a `ji.RESULTS` (an `ok` property may read it)."""
+    planted = "\nclass _Probe(eqx.Module):\n    ok: bool\n"
+    assert _status_fields() == set(STATUS_FLAGS)
+    found = _status_fields(planted) - set(STATUS_FLAGS)
+    assert found == {("jaxident._fit._multistart", "_Probe", "ok")}

@@ -5,8 +5,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from ..._runtime._results import RESULTS
 from .._metrics import srrqr_rho
-from .._results import RESULTS
 
 
 class ColumnSelection(eqx.Module):

@@ -2,8 +2,8 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
+from ..._runtime._results import RESULTS
 from .._misc import as_square, qr_r, qrcp
-from .._results import RESULTS
 from ._base import AbstractColumnSelectionMethod, make_selection
 
 

@@ -3,8 +3,8 @@ from typing import ClassVar
 import jax.lax as lax
 import jax.numpy as jnp
 
+from ..._runtime._results import RESULTS
 from .._misc import as_square, qr_r
-from .._results import RESULTS
 from ._base import AbstractColumnSelectionMethod, make_selection
 
 

@@ -1,7 +1,7 @@
 from typing import ClassVar
 
+from ..._runtime._results import RESULTS
 from .._misc import qrcp
-from .._results import RESULTS
 from ._base import AbstractColumnSelectionMethod, make_selection
 
 

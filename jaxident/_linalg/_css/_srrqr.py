@@ -4,8 +4,8 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 
+from ..._runtime._results import RESULTS
 from .._misc import as_square, column_norms, eps, givens, matmul, qr_r, qrcp
-from .._results import RESULTS
 from ._base import AbstractColumnSelectionMethod, make_selection
 
 
