@@ -22,7 +22,7 @@ from .._problem._base import from_scale, Problem
 from .._problem._measurements import bounds_of, check_data, free_mask, MeasurementError, sigma_of
 from .._problem._predict import predict
 from .._runtime._config import fit_device
-from .._runtime._host import call_kept, callback_free, clean_errors, is_traced
+from .._runtime._host import call_kept, callback_free, is_traced
 from .._runtime._results import promoted, RESULTS
 from .._solve._simulate import Trajectory
 from ._engine import fit_kernel, lm_advance, lm_begin, lm_finish
@@ -557,7 +557,6 @@ def _best_of(problem: Problem, fits: MultiStart, fisher, integrator) -> Estimate
     )
 
 
-@clean_errors
 def estimate(
     model: AbstractModel | Problem,
     data: ArrayLike | Sequence | Trajectory | None = None,

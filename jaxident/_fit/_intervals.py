@@ -18,7 +18,6 @@ from .._model._base import Integrator
 from .._model._checks import check_count, check_theta
 from .._problem._base import check_problem, Problem
 from .._runtime._choice import Choice
-from .._runtime._host import clean_errors
 from ._multistart import objective
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
 
@@ -378,7 +377,6 @@ class _Walk:
         return found
 
 
-@clean_errors
 def likelihood_intervals(
     problem: Problem,
     theta: ArrayLike | Sequence[float],

@@ -13,7 +13,6 @@ from .. import plot
 from .._model._base import Integrator
 from .._model._checks import check_count, check_theta
 from .._problem._base import check_problem, Problem
-from .._runtime._host import clean_errors
 from .._runtime._results import RESULTS, status_array, succeeded
 from ._intervals import extrapolate, restarts
 from ._optimizers import AbstractOptimizer, checked_optimizer, failure
@@ -79,7 +78,6 @@ class Profile(eqx.Module):
         )
 
 
-@clean_errors
 def profile(
     problem: Problem,
     name: str | Sequence[str] | None = None,

@@ -13,11 +13,9 @@ from .._linalg._rank import AbstractRankRule, RelativeTolerance, with_accuracy
 from .._linalg._scaling import output_row_scale
 from .._linalg._selection import Selection
 from .._linalg._subset import check_matrix, select_columns
-from .._runtime._host import clean_errors
 from .._solve._sensitivity_result import Sensitivity, SensitivityScale
 
 
-@clean_errors
 def select_parameters(
     S: ArrayLike | Sensitivity,
     names: Sequence[str] | None = None,

@@ -16,7 +16,6 @@ from .._model._base import Integrator, ODEModel
 from .._model._checks import check_model, check_theta
 from .._model._transforms_state import free_initial_state
 from .._problem._sensitivity import sensitivity
-from .._runtime._host import clean_errors
 from .._runtime._results import status_array, status_codes
 from .._solve._forward import accuracy
 from ._delay_jacobian import _check_delay
@@ -56,7 +55,6 @@ class _DelaySample(eqx.Module):
         return _svd_of(DG[:, list(self.keep)])
 
 
-@clean_errors
 def delay_estimability(
     model: ODEModel,
     states: ArrayLike | Sequence,

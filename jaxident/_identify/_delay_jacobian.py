@@ -16,7 +16,6 @@ from .._model._base import Integrator, ODEModel
 from .._model._checks import check_model, check_theta
 from .._model._transforms_state import free_initial_state
 from .._problem._sensitivity import sensitivity
-from .._runtime._host import clean_errors
 from .._solve._simulate import simulate
 
 
@@ -33,7 +32,6 @@ def _check_delay(tau, K):
             raise ValueError(f"The delay tau must be positive and finite, got {tau!r}.")
 
 
-@clean_errors
 def delay_jacobian(
     model: ODEModel,
     x: ArrayLike | Sequence,

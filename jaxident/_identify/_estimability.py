@@ -24,7 +24,6 @@ from .._linalg._rank import (
     warn_if_near_threshold,
 )
 from .._linalg._scaling import equilibrate
-from .._runtime._host import clean_errors
 from .._runtime._results import RESULTS, succeeded
 from .._solve._sensitivity_result import Sensitivity
 
@@ -320,7 +319,6 @@ class Estimability(eqx.Module):
         return "\n".join([head, *dependency_lines(self)])
 
 
-@clean_errors
 def estimability(
     DG: ArrayLike | Sensitivity,
     names: Sequence[str] | None = None,

@@ -20,7 +20,7 @@ from .._model._nonsmooth import directions_matrix, ld_jvp
 from .._model._transforms import fix_parameters
 from .._problem._base import Problem, rescale, unscale
 from .._problem._predict import predict_kernel
-from .._runtime._host import clean_errors, on_error_mode, run_kernel
+from .._runtime._host import on_error_mode, run_kernel
 from .._runtime._results import RESULTS, succeeded
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 from ._lserc_method import at_accuracy, check_method, LSERC, probe_directions
@@ -446,7 +446,6 @@ def _warn_near_threshold(rank, ref: Probe, p: int, kinds) -> None:
         )
 
 
-@clean_errors
 def lserc(
     model: AbstractModel | Problem,
     theta: ArrayLike | dict | Sequence | None = None,

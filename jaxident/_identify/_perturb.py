@@ -18,7 +18,7 @@ from .._model._base import AbstractModel, DAEModel, Integrator, ODEModel
 from .._model._checks import check_model, check_theta, n_outputs
 from .._model._transforms_state import free_initial_state
 from .._runtime._choice import Choice
-from .._runtime._host import clean_errors, run_kernel
+from .._runtime._host import run_kernel
 from .._solve._simulate import failure_message, raise_if_failed, solve, status
 
 
@@ -198,7 +198,6 @@ class PerturbationAnalysis(eqx.Module):
         )
 
 
-@clean_errors
 def perturbation_analysis(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,

@@ -15,7 +15,6 @@ from .._model._parameters import Parameters
 from .._model._sampling import latin_hypercube
 from .._problem._base import Problem
 from .._runtime._choice import Choice
-from .._runtime._host import clean_errors
 from .._runtime._results import RESULTS, succeeded
 from ._lserc import confirmed_mask, lserc_tree, ModelOutputs, outputs_of, ProblemOutputs
 from ._lserc_method import at_accuracy, LSERC, probe_directions
@@ -139,7 +138,6 @@ class FixAt(Choice):
     nominal = "nominal"
 
 
-@clean_errors
 def reduce_parameters(
     model: AbstractModel | Problem,
     samples: ArrayLike | Sequence | None = None,

@@ -14,7 +14,6 @@ from .._linalg._sce import sce_estimate, similarity_index, wallis
 from .._model._base import Integrator, ODEModel
 from .._model._checks import check_model
 from .._model._transforms_state import PODModel
-from .._runtime._host import clean_errors
 from .._solve._simulate import simulate
 from ._perturb import PerturbationAnalysis
 
@@ -151,7 +150,6 @@ class Similarity(eqx.Module):
         )
 
 
-@clean_errors
 def rom_similarity(
     full: PerturbationAnalysis, reduced: PerturbationAnalysis, q: int = 4
 ) -> Similarity:
@@ -208,7 +206,6 @@ def _pod_basis(model):
     return None
 
 
-@clean_errors
 def rom_perturbation_error(
     full: PerturbationAnalysis,
     reduced: PerturbationAnalysis,

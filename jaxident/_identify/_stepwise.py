@@ -15,7 +15,6 @@ from tqdm.auto import tqdm
 from .._model._base import AbstractModel, Integrator
 from .._problem._base import Problem
 from .._problem._measurements import MeasurementError
-from .._runtime._host import clean_errors
 from .._solve._simulate import Trajectory
 from ._stepwise_method import Procedure, Stepwise
 from ._stepwise_problem import ProblemStepwise, StepwiseProblem
@@ -211,7 +210,6 @@ def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, 
     return _run(problem, procedure, progress, checkpoint, resume)
 
 
-@clean_errors
 def set_by_set(
     model: AbstractModel | Problem,
     data: ArrayLike | Sequence | Trajectory | None = None,
@@ -241,7 +239,6 @@ def set_by_set(
     return _stepwise(Procedure.set_by_set, model, data, times, *args)
 
 
-@clean_errors
 def one_by_one(
     model: AbstractModel | Problem,
     data: ArrayLike | Sequence | Trajectory | None = None,

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from .._runtime._host import clean_errors, device_array, run_kernel
+from .._runtime._host import device_array, run_kernel
 from .._runtime._results import message, RESULTS
 from ._css._base import AbstractColumnSelectionMethod
 from ._css._srrqr import StrongRRQR
@@ -244,7 +244,6 @@ def select_columns(
     return sel
 
 
-@clean_errors
 def column_subset(
     S: ArrayLike,
     k: int | ArrayLike | None = None,

@@ -14,7 +14,7 @@ from .._model._checks import check_model, check_theta, check_times
 from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
-from .._runtime._host import clean_errors, run_kernel
+from .._runtime._host import diagnosed, run_kernel
 from .._runtime._results import names as result_names, RESULTS, succeeded
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
@@ -49,7 +49,7 @@ def _checked(result, good, failure):
     return RESULTS.where((result != RESULTS.successful) | good, result, failure)
 
 
-@clean_errors(diagnose=solve_failure_point)
+@diagnosed(solve_failure_point)
 def sensitivity(
     model: eqx.Module,  # a model or a ji.Problem
     theta: ArrayLike | dict | Sequence | None = None,
@@ -129,7 +129,7 @@ def _model_units(parameters, theta, scale) -> Array:
     return box_units(parameters.lower, parameters.upper, theta)
 
 
-@clean_errors(diagnose=solve_failure_point)
+@diagnosed(solve_failure_point)
 def sensitivity_matrix(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
@@ -241,7 +241,7 @@ def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, thro
     return jnp.where(ok, Y, nan), jnp.where(ok, L, nan), y, result, status(solved)
 
 
-@clean_errors(diagnose=solve_failure_point)
+@diagnosed(solve_failure_point)
 def ld_sensitivity(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,

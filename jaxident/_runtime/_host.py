@@ -8,7 +8,6 @@ kernel); `throw=False` never raises.
 
 import contextlib
 import functools
-import re
 
 import equinox as eqx
 import jax
@@ -68,8 +67,16 @@ def run_kernel(kernel, *args, throw: bool | None, message, optimize: bool = True
         out = call_kept(kernel, *args, False, optimize=optimize)
     text = None if throw is False else message(out)
     if text:
-        raise eqx.EquinoxRuntimeError(text)
+        raise SolveFailed(text)
     return out
+
+
+class SolveFailed(eqx.EquinoxRuntimeError):
+    """A computation whose status is not `successful`, raised on the host with its
+    message (`run_kernel`); an `EquinoxRuntimeError`, as the same check raises under a
+    caller's `jit` with `throw=True`."""
+
+    diagnosed: bool = False
 
 
 def _check(throw: bool | None):
@@ -118,37 +125,28 @@ def call_kept(kernel, *args, optimize: bool = True, device: jax.Device | None = 
     return eqx.combine(jax.device_put(arrays, home), rest)
 
 
-_MESSAGE = re.compile(r"EquinoxRuntimeError: (.*?)\n\n-{5,}", re.DOTALL)
+def diagnosed(diagnose):
+    """Decorator for the entry points whose failures the host can explain further:
+    a `SolveFailed` raised below (by `run_kernel`, the one place that turns a status
+    into an exception) gets `diagnose(*args, **kwargs)` appended, a sentence computed on
+    the host (such as the time at which a solve stopped), once."""
 
-
-def clean_errors(fn=None, *, diagnose=None):
-    """Decorator for public entry points: a run-time error of one of our compiled checks
-    is raised again with our message alone, without equinox's page of generic debugging
-    advice and stack listing (our messages say what to change). `diagnose(*args,
-    **kwargs)`, if given, appends a sentence computed on the host (such as the time at
-    which a solve stopped). Inside a caller's `jit` nothing is raised here, and the
-    error surfaces unchanged."""
-    if fn is None:
-        return functools.partial(clean_errors, diagnose=diagnose)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except eqx.EquinoxRuntimeError as e:
-            if getattr(e, "_jaxident_clean", False):
-                raise
-            found = _MESSAGE.search(str(e))
-            message = str(e) if found is None else found.group(1).strip()
-            if diagnose is not None:
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except SolveFailed as e:
+                if e.diagnosed:
+                    raise
                 try:
                     extra = diagnose(*args, **kwargs)
                 except Exception:  # the diagnosis must never hide the error itself
                     extra = ""
-                if extra:
-                    message = f"{message} {extra}"
-        error = eqx.EquinoxRuntimeError(message)
-        error._jaxident_clean = True
-        raise error from None
+                error = SolveFailed(f"{e} {extra}" if extra else str(e))
+                error.diagnosed = True
+                raise error from None
 
-    return wrapper
+        return wrapper
+
+    return wrap

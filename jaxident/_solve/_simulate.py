@@ -24,7 +24,7 @@ from .._model._base import (
 from .._model._checks import check_model, check_theta, check_times
 from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_field
 from .._model._transforms import time_warped
-from .._runtime._host import clean_errors, run_kernel
+from .._runtime._host import diagnosed, run_kernel
 from .._runtime._results import (
     items as result_items,
     names as result_names,
@@ -715,7 +715,7 @@ def _simulate(model, theta, times, integrator, throw):
     return traj, status(solved)
 
 
-@clean_errors(diagnose=solve_failure_point)
+@diagnosed(solve_failure_point)
 def simulate(
     model: AbstractModel,
     theta: ArrayLike | dict | Sequence | None = None,
