@@ -17,7 +17,7 @@ from .._problem._base import Problem
 from .._problem._measurements import MeasurementError
 from .._solve._simulate import Trajectory
 from ._stepwise_method import Procedure, Stepwise
-from ._stepwise_problem import ProblemStepwise, StepwiseProblem
+from ._stepwise_problem import ProblemStepwise, ModelStepwise
 from ._stepwise_result import (
     at_bound,
     Evaluation,
@@ -29,7 +29,7 @@ from ._stepwise_result import (
 )
 
 
-def _run(problem: StepwiseProblem, procedure: Procedure, progress: bool, checkpoint, resume):
+def _run(problem: ModelStepwise, procedure: Procedure, progress: bool, checkpoint, resume):
     p = len(problem.names)
     t_start = time.perf_counter()
     selected = np.zeros(p, bool)
@@ -202,7 +202,7 @@ def _stepwise(procedure, model, data, times, theta0, error, candidates, bounds, 
     elif data is None:
         raise TypeError("Give the data (or a ji.Problem, which holds them).")
     if problem is None:
-        problem = StepwiseProblem(
+        problem = ModelStepwise(
             model, data, times, theta0, error, candidates, bounds, method, integrator
         )  # fmt: skip
     if checkpoint is not None:

@@ -72,8 +72,10 @@ def _output_scale(data, observed):
     return np.where(per_output > 0, per_output, 1.0)
 
 
-class StepwiseProblem:
-    """Everything a stepwise procedure needs, checked once; the loop itself is plain
+class ModelStepwise:
+    """The stepwise selection of one model with data (least squares of its weighted
+    residuals; `ProblemStepwise` for a `ji.Problem`). Everything a stepwise procedure
+    needs, checked once; the loop itself is plain
     Python (its control flow depends on the outcomes) around compiled kernels: the
     sensitivity matrix at the start, and the re-estimation kernels for every
     re-estimation (one compilation for every candidate set: the set is a mask)."""
@@ -227,8 +229,8 @@ class _Fit(NamedTuple):
         return bool(succeeded(self.result))
 
 
-class ProblemStepwise(StepwiseProblem):
-    """The stepwise problem of a `ji.Problem` that is not one model with data: several
+class ProblemStepwise(ModelStepwise):
+    """The stepwise selection of a `ji.Problem` that is not one model with data: several
     experiments (conditions, pre-equilibration, steady-state measurements), parameters
     on log scales, observable transformations, Laplace noise. Its points come from
     `ji.predict` (every experiment's weighted residuals and their Jacobian), and a

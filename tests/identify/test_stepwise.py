@@ -350,7 +350,7 @@ def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monke
     from jaxident._identify import _stepwise
 
     calls = []
-    evaluate = _stepwise.StepwiseProblem.evaluate
+    evaluate = _stepwise.ModelStepwise.evaluate
 
     def interrupting(self, *args):
         calls.append(1)
@@ -358,7 +358,7 @@ def test_settings_recorded_and_ctrl_c_returns_the_selection_so_far(linear, monke
             raise KeyboardInterrupt
         return evaluate(self, *args)
 
-    monkeypatch.setattr(_stepwise.StepwiseProblem, "evaluate", interrupting)
+    monkeypatch.setattr(_stepwise.ModelStepwise, "evaluate", interrupting)
     with pytest.warns(UserWarning, match="interrupted after 2 evaluations"):
         part = ji.set_by_set(m, data, theta0=theta0, error=err, method=method, progress=False)
     assert part.stop_reason.startswith("interrupted") and part.n_evaluations == 2

@@ -177,7 +177,7 @@ def test_fit_in_chunks_takes_the_steps_of_one_kernel():
 
 def _interrupting(monkeypatch, at):
     calls = []
-    evaluate = _stepwise.StepwiseProblem.evaluate
+    evaluate = _stepwise.ModelStepwise.evaluate
 
     def interrupting(self, *args):
         calls.append(1)
@@ -185,7 +185,7 @@ def _interrupting(monkeypatch, at):
             raise KeyboardInterrupt
         return evaluate(self, *args)
 
-    monkeypatch.setattr(_stepwise.StepwiseProblem, "evaluate", interrupting)
+    monkeypatch.setattr(_stepwise.ModelStepwise, "evaluate", interrupting)
 
 
 def _same_history(a, b):
