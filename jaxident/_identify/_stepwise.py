@@ -17,7 +17,7 @@ from .._problem._base import Problem
 from .._problem._measurements import MeasurementError
 from .._solve._simulate import Trajectory
 from ._stepwise_method import Procedure, Stepwise
-from ._stepwise_problem import ProblemStepwise, ModelStepwise
+from ._stepwise_problem import ModelStepwise, ProblemStepwise
 from ._stepwise_result import (
     at_bound,
     Evaluation,
