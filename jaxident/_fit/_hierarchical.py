@@ -36,9 +36,27 @@ from .._model._checks import n_outputs
 from .._problem._base import Problem, unscale
 from .._problem._predict import likelihood, PLAIN_ADJOINT, solved_outputs
 from .._problem._scale import Scale
+from .._runtime._choice import Choice
 
 
-OFFSET = "offset"  # the `transform` of an offset in `Scalings`
+class Solved(Choice):
+    """What a parameter solved in closed form is: a noise scale (`noise`), an offset of
+    linear observables (`offset`), or a scaling of observables compared on the scale it
+    is named by (`lin`, `log`, `log10`)."""
+
+    noise = "noise"
+    offset = "offset"
+    lin = "lin"
+    log = "log"
+    log10 = "log10"
+
+    @property
+    def scaling(self) -> bool:
+        return self not in (Solved.noise, Solved.offset)
+
+
+# an offset added to a noise level: nothing to solve in closed form
+_NOISE_OFFSET = object()
 
 
 class Scalings(NamedTuple):
@@ -46,14 +64,14 @@ class Scalings(NamedTuple):
     problem's parameters; `mask[g][e][o]`, whether parameter `g` multiplies (or, an
     offset, is added to) output `o` in experiment `e` (`o < m`: an observable, a
     scaling or an offset; `o >= m`: the noise level of observable `o - m`, a noise
-    scale); `transform`, the transformation of a scaling's observables (`""` for a
-    noise scale, `OFFSET` for an offset); `partner`, the position in `index` of the
+    scale); `transform`, what each is (`Solved`: a noise scale, an offset, or a scaling
+    of observables on the scale it names); `partner`, the position in `index` of the
     offset solved with a scaling and of the scaling solved with an offset (else -1);
     tuples, so that a compiled fit is keyed on them."""
 
     index: tuple[int, ...]
     mask: tuple[tuple[tuple[bool, ...], ...], ...]
-    transform: tuple[str, ...]
+    transform: tuple[Solved, ...]
     partner: tuple[int, ...]
 
 
@@ -82,7 +100,8 @@ def _candidates(problem: Problem):
     """`(j, mask (e, outputs), kind)` for each parameter that maps only to model
     parameters that `model.output_scalings()` or `output_offsets()` names for one kind
     of output (or that no formula uses), and meets at least one measured datum
-    (`kind`: "scaling", "noise" or "offset"); and `(e, m)`, the problem parameter that
+    (`kind`: `None` for a scaling, whose scale its observables decide, else
+    `Solved.noise` or `Solved.offset`); and `(e, m)`, the problem parameter that
     each observable's offset maps to there (-1: a number; -2: it has none)."""
     model: AbstractModel = problem.model
     m = problem.n_observables
@@ -116,25 +135,27 @@ def _candidates(problem: Problem):
                     shift[e, plus] = True
                 elif names[k] in used and not (outs or plus):
                     ok = False  # j enters the model elsewhere
-        kinds = {"scaling" if o < m else "noise" for o in np.nonzero(mask.any(axis=0))[0]}
-        kinds |= {"offset" if o < m else "" for o in np.nonzero(shift.any(axis=0))[0]}
+        kinds = {None if o < m else Solved.noise for o in np.nonzero(mask.any(axis=0))[0]}
+        kinds |= {Solved.offset if o < m else _NOISE_OFFSET
+                  for o in np.nonzero(shift.any(axis=0))[0]}  # fmt: skip
         both = mask | shift
-        if ok and len(kinds) == 1 and "" not in kinds and (both & seen[:, :n_out]).any():
+        usable = _NOISE_OFFSET not in kinds
+        if ok and len(kinds) == 1 and usable and (both & seen[:, :n_out]).any():
             out.append((j, both, kinds.pop()))
     return out, offset_of
 
 
-def _solvable(problem: Problem, cols, kind: str) -> str | None:
-    """The `transform` of a candidate solved in closed form, or `None`."""
+def _solvable(problem: Problem, cols, kind: Solved | None) -> Solved | None:
+    """What a candidate solved in closed form is, or `None` where it cannot be."""
     m = problem.n_observables
-    if kind == "noise":
-        return "" if len({problem.distributions[o - m] for o in cols}) == 1 else None
+    if kind is Solved.noise:
+        return kind if len({problem.distributions[o - m] for o in cols}) == 1 else None
     transforms = {problem.transforms[o] for o in cols}
     if not all(problem.distributions[o].quadratic for o in cols) or len(transforms) != 1:
         return None
-    if kind == "offset":
-        return OFFSET if transforms == {Scale.lin} else None
-    return Scale(transforms.pop()).value
+    if kind is Solved.offset:
+        return kind if transforms == {Scale.lin} else None
+    return Solved(Scale(transforms.pop()).value)
 
 
 def _paired(found: dict, offset_of, m: int) -> dict:
@@ -144,7 +165,7 @@ def _paired(found: dict, offset_of, m: int) -> dict:
     while True:
         partner = {}
         for j, (mask, t) in found.items():
-            if t not in ("", OFFSET):
+            if t.scaling:
                 owners = set(offset_of[mask[:, :m]].tolist()) - {-2}
                 if owners:
                     partner[j] = owners.pop() if len(owners) == 1 else -1
@@ -171,9 +192,9 @@ def scalings(problem: Problem) -> Scalings | None:
         if t is not None:
             found[j] = (mask, t)
     partner = _paired(found, offset_of, m)
-    noise = {j: mask for j, (mask, t) in found.items() if not t}
+    noise = {j: mask for j, (mask, t) in found.items() if t is Solved.noise}
     data = [mask | found[partner[j]][0] if j in partner else mask
-            for j, (mask, t) in found.items() if t]  # fmt: skip
+            for j, (mask, t) in found.items() if t is not Solved.noise]  # fmt: skip
     # a noise scale beside another in some scaling's or offset's data: to the optimizer
     clash = {j for j, mask in noise.items()
              if any((d[:, :m] & mask[:, m:]).any()
@@ -196,10 +217,12 @@ def only(inner: Scalings, free) -> Scalings | None:
     scale, without any noise scale (a scaling's weights then hold the held one's value
     beside a solved one's 1); where it holds an offset, without its scaling (no longer
     a factor of its outputs less a solved offset)."""
-    held_noise = any(not free[j] and not t for j, t in zip(inner.index, inner.transform))
+    held_noise = any(
+        not free[j] and t is Solved.noise for j, t in zip(inner.index, inner.transform)
+    )
     keep = [g for g, (j, t, b) in enumerate(zip(inner.index, inner.transform, inner.partner))
-            if free[j] and (t or not held_noise)
-            and (t == OFFSET or b < 0 or free[inner.index[b]])]  # fmt: skip
+            if free[j] and (t is not Solved.noise or not held_noise)
+            and (t is Solved.offset or b < 0 or free[inner.index[b]])]  # fmt: skip
     if not keep:
         return None
     return Scalings(
@@ -226,7 +249,7 @@ def _factor(inner: Scalings, values, shape, rows, offsets: bool = False):
     offset, else 0."""
     out = jnp.full(shape, 0.0 if offsets else 1.0, values.dtype)
     for g, t in enumerate(inner.transform):
-        if (t == OFFSET) == offsets:
+        if (t is Solved.offset) == offsets:
             out = jnp.where(jnp.asarray(inner.mask[g])[:, rows], values[g], out)
     return out
 
@@ -269,13 +292,13 @@ def optimal(problem: Problem, inner: Scalings, h, c):
     informed = jnp.ones(len(inner.index), bool)
     on = [jnp.asarray(mask)[:, None, :m] for mask in inner.mask]
     for g, (j, transform, b) in enumerate(zip(inner.index, inner.transform, inner.partner)):
-        if not transform or (transform == OFFSET and b >= 0):
+        if transform is Solved.noise or (transform is Solved.offset and b >= 0):
             continue  # a noise scale (below), or an offset solved with its scaling
         wg = jnp.where(on[g], w, 0.0)
-        if transform == OFFSET:
+        if transform is Solved.offset:
             num, den = jnp.sum(wg * (data - h)), jnp.sum(wg)
             v = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
-        elif transform == Scale.lin.value and b >= 0:  # (s, b) together on their box
+        elif transform is Solved.lin and b >= 0:  # (s, b) together on their box
             wp = jnp.where(on[g] | on[b], w, 0.0)
             a = jnp.stack([jnp.where(on[g], h, 0.0), jnp.where(on[b], jnp.ones_like(h), 0.0)])
             Q = jnp.einsum("i...,j...->ij", a * wp, a)
@@ -286,11 +309,11 @@ def optimal(problem: Problem, inner: Scalings, h, c):
             values = values.at[b].set(jnp.where(Q[1, 1] > 0, z[1], jnp.clip(0.0, *box[:, 1])))
             informed = informed.at[b].set(Q[1, 1] > 0)
             v, den = jnp.where(Q[0, 0] > 0, z[0], 1.0), Q[0, 0]
-        elif transform == Scale.lin.value:
+        elif transform is Solved.lin:
             num, den = jnp.sum(wg * h * data), jnp.sum(wg * h * h)
             v = jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)
         else:
-            T = Scale(transform)
+            T = Scale(transform.value)
             hh = jnp.where(wg > 0, h, 1.0)
             num, den = jnp.sum(wg * (T.forward(data, jnp) - T.forward(hh, jnp))), jnp.sum(wg)
             v = jnp.where(den > 0, T.inverse(num / jnp.where(den > 0, den, 1.0), jnp), 1.0)
@@ -304,7 +327,7 @@ def optimal(problem: Problem, inner: Scalings, h, c):
                        for o in range(m)], axis=-1)  # fmt: skip
     u = delta / c
     for g, (j, mask, transform) in enumerate(zip(inner.index, inner.mask, inner.transform)):
-        if transform:
+        if transform is not Solved.noise:
             continue
         where = observed & jnp.asarray(mask)[:, None, m:]
         noise = problem.distributions[int(np.nonzero(np.asarray(mask)[:, m:].any(axis=0))[0][0])]
@@ -321,7 +344,7 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
     given for them ignored), from one solve with them at 1; `theta` with them filled in;
     and which of them lie inside their bounds."""
     at_one = _at_one(problem, inner, theta)
-    y, Y, ok, steps = solved_outputs(problem, at_one, integrator, jacobian, PLAIN_ADJOINT)
+    y, Y, result, steps = solved_outputs(problem, at_one, integrator, jacobian, PLAIN_ADJOINT)
     m = problem.n_observables
     rows = y.shape[-1]
     ones = jnp.ones(len(inner.index), y.dtype)
@@ -341,9 +364,9 @@ def prediction(problem: Problem, inner: Scalings, theta, integrator, jacobian: b
         Y = Y * scale[..., None]
         for g, (j, t) in enumerate(zip(inner.index, inner.transform)):
             dlin = Scale(problem.scales[j]).inverse_derivative(fitted[j], jnp)
-            col = jnp.broadcast_to(dlin, y.shape) if t == OFFSET else y * dlin
+            col = jnp.broadcast_to(dlin, y.shape) if t is Solved.offset else y * dlin
             Y = Y.at[..., j].set(jnp.where(jnp.asarray(inner.mask[g])[:, None, :rows], col, 0.0))
-    out = likelihood(problem, y * scale + shift, Y, ok, steps, jacobian)
+    out = likelihood(problem, y * scale + shift, Y, result, steps, jacobian)
     return out, fitted, inside
 
 

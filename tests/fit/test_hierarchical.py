@@ -348,7 +348,7 @@ def test_a_scaling_and_its_offset_solved_together_against_scipy(box_s, box_b):
     profile's central difference."""
     problem = _shifted(box_s, box_b)
     inner = hierarchical.scalings(problem)
-    assert inner.index == (1, 2) and inner.transform == ("lin", hierarchical.OFFSET)
+    assert inner.index == (1, 2) and inner.transform == ("lin", hierarchical.Solved.offset)
     assert inner.partner == (1, 0)
     integ = ji.Integrator(rtol=1e-11, atol=1e-13)
     for k in (0.25, 0.4, 0.9):
@@ -442,7 +442,7 @@ def test_offsets_found_in_sbml_formulas(tmp_path):
         names = problem.parameters.names
         found[key] = None if inner is None else dict(zip((names[j] for j in inner.index),
                                                          inner.transform))  # fmt: skip
-    assert found["lin"] == {"s": "lin", "b": hierarchical.OFFSET}
+    assert found["lin"] == {"s": "lin", "b": hierarchical.Solved.offset}
     assert found["log"] is None and found["inside"] == {"s": "lin"}
 
 

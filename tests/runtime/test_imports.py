@@ -437,11 +437,7 @@ STRINGS_READ = {
 }
 # behaviour still chosen by comparing a string: to become objects (issue 83); the list
 # only shrinks
-STRINGS_CHOOSING = {
-    ("jaxident._fit._hierarchical", "_candidates"): "scaling kinds as tags",
-    ("jaxident._fit._hierarchical", "_paired"): "scaling kinds as tags",
-    ("jaxident._fit._hierarchical", "_solvable"): "scaling kinds as tags",
-}
+STRINGS_CHOOSING: dict = {}
 
 
 def test_strings_select_no_behaviour_but_the_listed():
