@@ -1,6 +1,8 @@
 """The API reference (mkdocs.yml, docs/): it builds with warnings as errors, and it
 documents every public name of `jaxident`."""
 
+import enum
+import inspect
 import os
 import pathlib
 import re
@@ -40,3 +42,44 @@ def test_the_reference_builds_without_warnings(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     page = (tmp_path / "site" / "api" / "fitting" / "index.html").read_text()
     assert "profile-likelihood" in page.lower() and "likelihood_intervals" in page
+
+
+def _undocumented(obj) -> list[str]:
+    """The arguments of `obj` that its docstring (or that of a base class of the
+    library, or of `__init__`) does not write in backticks (`[]` for what takes none:
+    an enumeration of options, `Choice`, takes no arguments of its own)."""
+    if inspect.isclass(obj) and issubclass(obj, enum.Enum):
+        return []
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return []
+    docs = [inspect.getdoc(obj) or ""]
+    if inspect.isclass(obj):
+        docs += [c.__doc__ or "" for c in obj.__mro__ if c.__module__.startswith("jaxident")]
+        docs += [inspect.getdoc(obj.__init__) or ""]
+    doc = "\n".join(docs)
+    return [p for p in params if p not in ("self", "args", "kwargs")
+            and not any(f"`{p}{end}" in doc for end in "`=:")]  # fmt: skip
+
+
+def test_every_public_callable_documents_its_arguments():
+    """Each argument of every public function and class of `ji` and `ji.linalg` is
+    named in its docstring; a planted function that leaves one out is found."""
+    import jaxident as ji
+    import jaxident.linalg as L
+
+    found = {}
+    for prefix, mod in (("ji", ji), ("ji.linalg", L)):
+        for name in dir(mod):
+            obj = getattr(mod, name)
+            if name.startswith("_") or inspect.ismodule(obj) or not callable(obj):
+                continue
+            if missing := _undocumented(obj):
+                found[f"{prefix}.{name}"] = missing
+    assert found == {}
+
+    def planted(x, k=1):
+        """The sum of `x` and k."""
+
+    assert _undocumented(planted) == ["k"]

@@ -55,7 +55,8 @@ class AOptimal(AbstractCriterion):
     """Minus the summed variances of `names` (default: every parameter) on their
     estimation scales, each in its unit (decades squared on a log10 scale), from the
     pseudo-inverse of the resolved Fisher information: the predicted marginal
-    standard deviations of the parameters a modeller asked for."""
+    standard deviations of the parameters a modeller asked for. `index`: their
+    positions among the parameters (set by `ji.design` from `names`; give `names`)."""
 
     names: tuple[str, ...] | None = eqx.field(static=True)
     index: tuple[int, ...] | None = eqx.field(static=True)

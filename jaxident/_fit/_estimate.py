@@ -59,7 +59,8 @@ class Estimate(eqx.Module):
     included: the weighted sensitivity matrix at the estimate). A problem's has
     `fisher` (the Fisher information of every parameter at the estimate) and `fits`
     (a `ji.MultiStart`: every start's fit, sorted, the best first; this estimate is its
-    best).
+    best), `scales` (each parameter's estimation scale) and `kinks` (whether a noise
+    model has kinks, Laplace's: the message of a stagnated fit says so).
 
     **Properties:** `ok` (`result == successful`), `stopped_at_max_steps`, `message`
     (why it failed, or ""), `covariance` over the free parameters (zero rows and columns

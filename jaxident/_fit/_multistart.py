@@ -327,8 +327,8 @@ class MultiStart(eqx.Module):
 
     **Fields:** `names`, `starts` (`(N, q)`, in the order drawn, on the estimation
     scale), `order` (the start of each sorted fit), `theta` (`(N, q)`, sorted), `nll`
-    (negative log-likelihood, sorted; `inf` where a fit failed), `steps`, `result` (an
-    `optimistix.RESULTS` per fit: `successful` (two successive steps lowered the cost
+    (negative log-likelihood, sorted; `inf` where a fit failed), `steps`, `result` (a
+    `ji.RESULTS` per fit: `successful` (two successive steps lowered the cost
     by less than `rtol` of it, or the projected gradient vanished),
     `nonlinear_max_steps_reached`, `stagnation` (no step lowers the cost, yet the
     gradient does not vanish), `nonlinear_divergence` (the model could not be solved at

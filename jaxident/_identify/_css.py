@@ -111,8 +111,9 @@ def select_parameters(
 
 
 def identifiability_frequency(selections: Selection) -> "SelectionFrequency":
-    """For a batch of selections (from `vmap` or `ji.sweep`), the fraction of samples in
-    which each parameter was selected as identifiable, over the successful samples:
+    """For a batch of `selections` (a `Selection` from `vmap` or `ji.sweep`), the
+    fraction of samples in which each parameter was selected as identifiable, over the
+    successful samples:
     the summary of the CSS paper's 10,000-realisation experiment.
 
     The result is a dict `{name: fraction selected}` that also knows the groups: the

@@ -91,6 +91,7 @@ def delay_estimability(
     - `zero_tol`, `fraction`: see `DelayEstimability`.
     - `batch_size`, `progress`, `devices`: as for `ji.sweep` (one compiled vmap over
       `(tau, state)` pairs, chunked).
+    - `integrator`: the solver of the delay Jacobians (default the model's).
 
     **Returns:** a `DelayEstimability`.
     """

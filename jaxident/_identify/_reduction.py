@@ -178,6 +178,8 @@ def reduce_parameters(
       `+-e_i`, `epsilon_twin = epsilon_sing = 0.01`, `q = 1`).
     - `batch_size`, `progress`, `devices`: for the sweep (`ji.sweep`; default: all
       local devices).
+    - `times`, `integrator`: a model's observation times (default `model.times`) and
+      solver (default the model's); a problem has its own times.
 
     **Returns:** a `Reduction`, with `reduced_model`.
 

@@ -92,6 +92,8 @@ def pod_reduce(
     - `k` or `energy`: the number of modes, or the energy fraction to retain.
     - `snapshot_times`: where to take snapshots; default `n_snapshots` equally spaced
       times from `t0` to the last of `model.times`.
+    - `theta`: the parameters of the snapshots (default nominal); `integrator`: the
+      solver (default the model's).
 
     **Returns:** `(rom, pod)`: the `PODModel` and its `POD` (basis, mean, energy).
 
@@ -153,10 +155,11 @@ class Similarity(eqx.Module):
 def rom_similarity(
     full: PerturbationAnalysis, reduced: PerturbationAnalysis, q: int = 4
 ) -> Similarity:
-    """Similarity indices `S1` and `S2` of a reduced model's perturbation analysis against
-    the full model's; both must perturb the same quantities and have responses of the same
-    dimension (a `ji.pod_reduce` model analysed like its full model does). `q`: `S1`
-    compares the first `q` singular vectors of each (at most each analysis' own)."""
+    """Similarity indices `S1` and `S2` of a reduced model's perturbation analysis
+    (`reduced`) against the full model's (`full`); both must perturb the same
+    quantities and have responses of the same dimension (a `ji.pod_reduce` model
+    analysed like its full model does). `q`: `S1` compares the first `q` singular
+    vectors of each (at most each analysis' own)."""
     if full.names != reduced.names or full.n_out != reduced.n_out:
         raise ValueError(
             "The analyses must share the perturbable quantities and the response dimension "
@@ -214,8 +217,8 @@ def rom_perturbation_error(
 ) -> dict:
     """The error `||Theta(t)||` of the perturbed reduced model against the perturbed full
     model, combining model reduction and the perturbation `dp` (Serban et al., section 5),
-    from the stored adjoint products of both analyses (which must use the same key and
-    `q`, so the same random directions).
+    from the stored adjoint products of both analyses, `full` and `reduced` (which must
+    use the same key and `q`, so the same random directions).
 
     - `reduction_error` a vector `theta(t) = R(y) - R~(y~)` (case 1): returns
       `{"estimate": ...}`, the SCE estimate of `||theta + (alpha - alpha~)^T dp||`.

@@ -338,7 +338,8 @@ def relative_std(W, mask):
 def scaled_sensitivity(
     S: Float[Array, "n p"], theta: Float[Array, " p"], row_scale: Float[Array, " n"]
 ) -> Float[Array, "n p"]:
-    """`diag(row_scale)^-1 S diag(|theta|)`: Alberton et al. eq. (2) with `row_scale` the
+    """`diag(row_scale)^-1 S diag(|theta|)` of a sensitivity matrix `S` `(n, p)` at
+    parameters `theta`: Alberton et al. eq. (2) with `row_scale` the
     mean measurement of each row's output, or the square root of the Fisher matrix in
     log-parameters with `row_scale = sigma` (a zero `theta_j` scales by 1)."""
     return scaled_columns(jnp.asarray(S), jnp.asarray(theta), jnp.asarray(row_scale))

@@ -291,7 +291,7 @@ def dependent_sets(
     pivots: Sequence[int] | np.ndarray | None = None,
     undecided: Bool[ArrayLike, " p"] | None = None,
 ) -> tuple[list[Circuit], np.ndarray]:
-    """The minimal dependent sets of a single `Dependence` (concrete values), and which
+    """The minimal dependent sets of a single `Dependence` `dep` (concrete values), and which
     parameters are undecided because the decisions do not fit together. A column with
     no effect is a set of its own (no members, its unit vector as direction).
 
@@ -353,8 +353,8 @@ def dependent_sets(
 
 
 def components(sets: Iterable[Iterable[int]], p: int) -> list[tuple[int, ...]]:
-    """The connected components of overlapping index sets, each sorted, in the order of
-    their smallest index."""
+    """The connected components of overlapping index `sets` (of indices below `p`),
+    each sorted, in the order of their smallest index."""
     parent = list(range(p))
 
     def find(a):

@@ -11,7 +11,8 @@ def css_metrics(
     sigma: Float[Array, " p"], R: Float[Array, "p p"], k: Int[Array, ""], n: int
 ) -> tuple[Float[Array, ""], Float[Array, ""], Float[Array, ""]]:
     """`(gamma1, gamma2, tau)` of paper eqs. (5.1)-(5.3), from the singular values
-    `sigma` of `S` and the triangular factor `R` of `S[:, perm]`.
+    `sigma` of `S` (`n` rows), the triangular factor `R` of `S[:, perm]` and the
+    number `k` of selected columns.
 
     - `gamma1 = sigma_k(S1) / sigma_k(S) <= 1`: how independent the selected columns are.
     - `gamma2 = ||S2 - S1 S1^+ S2||_2 / sigma_{k+1}(S) >= 1`: how well they span the rest.

@@ -138,8 +138,8 @@ def _qrcp_householder(A: Float[Array, "m p"]):
 
 
 def qrcp(A: Float[Array, "m p"]) -> tuple[Float[Array, "r p"], Int[Array, " p"]]:
-    """QR with column pivoting: `A[:, perm] = Q R`, `|R[0,0]| >= |R[1,1]| >= ...`, with
-    `R` of shape `(min(m, p), p)`.
+    """QR with column pivoting of `A` `(m, p)`: `A[:, perm] = Q R`,
+    `|R[0,0]| >= |R[1,1]| >= ...`, with `R` of shape `(min(m, p), p)`.
 
     LAPACK's geqp3 on the CPU, a `lax` Householder implementation elsewhere.
     """

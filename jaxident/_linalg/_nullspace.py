@@ -79,8 +79,8 @@ class Echelon(eqx.Module):
 
 
 def rref(A: Float[Array, "m n"], tol: float = 1e-8) -> Echelon:
-    """Reduced row echelon form by Gauss-Jordan elimination with partial pivoting; an
-    entry counts as nonzero above `tol * max|A|`. Jittable and vmappable.
+    """Reduced row echelon form of `A` by Gauss-Jordan elimination with partial
+    pivoting; an entry counts as nonzero above `tol` times `max|A|`. Jittable and vmappable.
 
     Applied to `V_r^T`, the transposed null basis of an L-SERC matrix, its pivot columns
     are the locally non-identifiable parameters; a pivot whose row has no other nonzero

@@ -38,7 +38,8 @@ def equilibrate(
 
 
 def output_row_scale(outputs: Float[Array, " n"], n_outputs: int) -> Float[Array, " n"]:
-    """Row scales for a time-major sensitivity matrix: the RMS value of each output over
+    """Row scales for a time-major sensitivity matrix from its `outputs` (one per row,
+    `n_outputs` of them at each time): the RMS value of each output over
     the times (the block's own size where an output is identically zero, or not
     finite), repeated over the rows of that output. Changing the units of an output then
     changes no decision. Computed with NumPy for concrete outputs (no compilation on a

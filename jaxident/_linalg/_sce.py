@@ -48,9 +48,10 @@ def wallis(n: int | ArrayLike) -> Float[Array, "..."]:
 
 
 def random_orthonormal(key: PRNGKeyArray, n: int, q: int) -> Float[Array, "n q"]:
-    """`q` orthonormal vectors drawn uniformly (Haar) from the unit sphere of `R^n`, as the
-    columns of an `(n, q)` matrix: QR of a Gaussian matrix with the signs of `R`'s diagonal
-    moved into `Q`. Deterministic given `key`; jittable and vmappable over keys."""
+    """`q` orthonormal vectors drawn uniformly (Haar) from the unit sphere of `R^n`
+    (dimension `n`), as the columns of an `(n, q)` matrix: QR of a Gaussian matrix with
+    the signs of `R`'s diagonal moved into `Q`. Deterministic given `key`; jittable and
+    vmappable over keys."""
     if not (isinstance(n, (int, np.integer)) and isinstance(q, (int, np.integer))):
         raise TypeError("n and q must be Python integers (static sizes).")
     if not 1 <= q <= n:
@@ -62,7 +63,7 @@ def random_orthonormal(key: PRNGKeyArray, n: int, q: int) -> Float[Array, "n q"]
 
 
 def sce_estimate(projections: ArrayLike, n: int | ArrayLike) -> Float[Array, "..."]:
-    """`nu(q) = (W_q / W_n) (sum_j |u_j^T v|^2)^(1/2)` from the `q` projections
+    """`nu(q) = (W_q / W_n) (sum_j |u_j^T v|^2)^(1/2)` from the `q` `projections`
     `u_j^T v` (last axis) of a vector of dimension `n` onto orthonormal random directions.
     """
     p = jnp.asarray(projections)
@@ -71,7 +72,8 @@ def sce_estimate(projections: ArrayLike, n: int | ArrayLike) -> Float[Array, "..
 
 
 def sce_norm(key: PRNGKeyArray, v: ArrayLike, q: int = 3) -> Float[Array, ""]:
-    """SCE estimate of `||v||` from `q` random projections (a test of the estimator; in
+    """SCE estimate of the norm of a vector `v` from `q` random projections (directions
+    from `key`) (a test of the estimator; in
     use the projections come from adjoint solves, see `ji.perturbation_analysis`)."""
     v = jnp.asarray(v)
     if v.ndim != 1:
@@ -170,7 +172,8 @@ def similarity_index(
 ) -> Float[Array, ""]:
     """`S_1 = (1/q) sum_{i,j<=q} <u_i, u~_j>^2` (Serban et al. eq. 4.1): how much of the
     span of the full model's leading `q` singular directions the reduced model's span.
-    Inputs are `(n, k)` matrices of unit columns; `q` defaults to the smaller `k`."""
+    `full_directions` and `reduced_directions` are `(n, k)` matrices of unit columns;
+    `q` defaults to the smaller `k`."""
     U = jnp.asarray(full_directions)
     V = jnp.asarray(reduced_directions)
     q = min(U.shape[1], V.shape[1]) if q is None else q

@@ -34,6 +34,8 @@ class Selection(eqx.Module):
     - `R`: the triangular factor of `S[:, perm]`.
     - `swaps`: exchanges or pivot steps made.
     - `result`: status (`RESULTS`); `ok`: whether it is `successful`.
+    - `shape`: `(n, p)` of the matrix the selection was made on (for the rank rule's
+      description).
     - `method`, `rank_rule`: what was used, recorded.
     - `dependence`: which parameters have no effect and which lie in a non-identifiable
       direction, decided by the rank rule (`ji.linalg.dependence`), or `None` where

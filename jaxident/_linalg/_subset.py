@@ -300,6 +300,7 @@ def column_subset(
 
 
 def srrqr(S: ArrayLike, k: int | ArrayLike | None = None, f: float = 1.01, **kwargs):
-    """Strong rank-revealing QR of `S` with parameter `f`: shorthand for
+    """Strong rank-revealing QR of `S` with parameter `f`, selecting `k` columns (default
+    by the rank rule): shorthand for
     `column_subset(S, k, method=StrongRRQR(f=f))`."""
     return column_subset(S, k, method=StrongRRQR(f=f), **kwargs)

@@ -50,8 +50,8 @@ def _note(d):
 
 
 def fsign(x: ArrayLike, *directions: ArrayLike) -> Array:
-    """The sign of the first nonzero among `x, m1, m2, ...` (elementwise), 0 if all
-    are zero."""
+    """The sign of the first nonzero among `x` and the `directions` `m1, m2, ...`
+    (elementwise), 0 if all are zero."""
     s = jnp.sign(jnp.asarray(x))
     for m in directions:
         s = jnp.where(s == 0, jnp.sign(m), s)
@@ -116,7 +116,8 @@ def _float(*xs):
 
 
 def nabs(x: ArrayLike) -> Array:
-    """`|x|`, with the LD-derivative `fsign(x, m1, ..., mk) M` (paper eq. 2)."""
+    """`|x|` for an array `x`, with the LD-derivative `fsign(x, m1, ..., mk) M` (paper
+    eq. 2)."""
     (x,) = _float(x)
     _note(x)
     return _abs(x)
@@ -140,7 +141,7 @@ def nmin(x: ArrayLike, y: ArrayLike) -> Array:
 
 
 def nmid(x: ArrayLike, y: ArrayLike, z: ArrayLike) -> Array:
-    """The median of `x, y, z`, as `max(min(x, y), min(max(x, y), z))`; its
+    """The median of `x`, `y` and `z`, as `max(min(x, y), min(max(x, y), z))`; its
     LD-derivative follows from those of `nmax` and `nmin`."""
     x, y, z = _float(x, y, z)
     return nmax(nmin(x, y), nmin(nmax(x, y), z))

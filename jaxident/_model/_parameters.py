@@ -195,7 +195,8 @@ class ParameterValues(eqx.Module):
     """A parameter vector with names, as handed to a model's methods.
 
     `theta["beta"]`, `theta.beta`, `theta[0]` and `beta, gamma = theta` all work, inside
-    `jit` and `vmap` too; `theta.values` is the plain array.
+    `jit` and `vmap` too; `theta.values` is the plain array. Made from `names` (a tuple
+    of strings) and `values` (an array with the parameters on its last axis).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)

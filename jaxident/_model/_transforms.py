@@ -164,7 +164,12 @@ class AbstractTransformedAlgebraic(AbstractTransformedModel, AlgebraicModel):
 
 class AbstractReparameterized(AbstractTransformedModel):
     """The base's parameters `theta_base[free_index] = scale * theta`, the others held at
-    `fixed_values`: fixed parameters (`scale = 1`) and changes of units (all free)."""
+    `fixed_values`: fixed parameters (`scale = 1`) and changes of units (all free).
+
+    Fields: `base` (the model), `parameters` (the free ones, in their units),
+    `free_index` (their positions among the base's), `fixed_values` (the base's
+    vector with the fixed ones at their values), `scale` (the unit of each free one
+    in the base's units)."""
 
     parameters: Parameters
     free_index: tuple[int, ...] = eqx.field(static=True)
@@ -245,7 +250,7 @@ def _mapping(model, values, what):
 
 
 def fix_parameters(model: AbstractModel, values: Mapping[str, float]) -> AbstractReparameterized:
-    """The model with the parameters in `values` held at those values.
+    """`model` with the parameters in `values` (`{name: value}`) held at those values.
 
     The returned model has only the free parameters (in their original order, with
     their nominal values and bounds), so every analysis and `ji.estimate` applies to it
@@ -286,7 +291,7 @@ def fix_parameters(model: AbstractModel, values: Mapping[str, float]) -> Abstrac
 
 
 def change_units(model: AbstractModel, units: Mapping[str, float]) -> AbstractReparameterized:
-    """The model with parameters measured in other units: `units[name] = u` measures
+    """`model` with parameters measured in other `units`: `units[name] = u` measures
     that parameter in multiples of `u` of its old unit, `theta = u * theta_new` (a rate
     in 1/s with `u = 1/60` becomes a rate in 1/min). Nominal values and bounds are
     converted; names stay. Sensitivities scale by `u`; identifiability decisions do

@@ -22,7 +22,10 @@ from ._transforms import AbstractSameParameters, AbstractTransformedODE
 class InitialStateModel(AbstractTransformedODE):
     """An `ODEModel` whose initial state is estimated along with its parameters: the
     parameter vector is `w = (x(t0), p)`, states first. Made by `ji.free_initial_state`;
-    every analysis (`ji.sensitivity`, `ji.estimate`, `ji.profile`) applies unchanged."""
+    every analysis (`ji.sensitivity`, `ji.estimate`, `ji.profile`) applies unchanged.
+    Fields: `base` (the model), `parameters` (the states' initial values, then the
+    model's parameters), `t0`, `n_states`, `free` (which states' initial values are
+    parameters)."""
 
     base: ODEModel
     parameters: Parameters
@@ -147,7 +150,8 @@ class PODModel(AbstractSameParameters, AbstractTransformedODE):
     `y~' = basis^T f(t, basis y~ + mean, theta)`, `y~(t0) = basis^T (y0(theta) - mean)`,
     output `h(t, basis y~ + mean, theta)`. Made by `ji.pod_reduce`; `lift` and `restrict`
     map between the reduced and the full state, so perturbation analyses of the full and
-    the reduced model share the full-space perturbations and responses."""
+    the reduced model share the full-space perturbations and responses. Fields: `base`
+    (the full model), `basis` (`(n, k)`, orthonormal columns), `mean` (`(n,)`)."""
 
     base: ODEModel
     basis: Float[Array, "n k"]

@@ -226,6 +226,14 @@ class Problem(eqx.Module):
       `ji.Normal()` or `ji.Laplace()` (the noise distribution; PEtab's names `"normal"`,
       `"laplace"` are taken too); default lin
       and normal.
+    - `noise_outputs`: per observable (or one for all), whether the model has an
+      output after its observables that gives that observable's noise standard
+      deviation (a noise model with parameters: PEtab's `noiseFormula`).
+    - `noise_parameters`: the names of the parameters that enter only the noise.
+    - `name`: the problem's name, for reports.
+    - `override_text`: the PEtab import's override cells, per experiment `((i, o),
+      (observableParameters, noiseParameters))` per datum as the measurement table
+      writes them, for its simulation tables; `None` for a problem built by hand.
 
     `parameters` of the result holds the nominal values and bounds on the estimation
     scales, so that `theta` everywhere means the estimation-scale vector.

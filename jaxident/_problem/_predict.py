@@ -121,7 +121,9 @@ class Prediction(eqx.Module):
     the transformed scale, 0 where no datum), `jacobian` `(e, n, m, q)` (of the weighted
     residuals with respect to `theta` on the estimation scale, or `None`),
     `log_likelihood` (PEtab's, over the observed data), `result` (`ji.RESULTS`) per
-    experiment (`ok`: whether each is `successful`), and
+    experiment (`ok`: whether each is `successful`), `noise_jacobian` (for a noise
+    model with parameters, the noise rows of the Fisher information, `sqrt(c)
+    dsigma/dtheta / sigma`; else `None`), and
     `steps`, the accepted steps of each experiment's solve (after its
     pre-equilibration, if any; 0 for measurements at steady state)."""
 

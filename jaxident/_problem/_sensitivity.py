@@ -189,7 +189,8 @@ class LSensitivity(eqx.Module):
       `M = [d I]`, `Y[:, 1:]`, eq. 13): the L-SERC matrix of eq. (12). For a smooth model
       it equals the classical sensitivity matrix.
     - `directions`: the `(p, k)` directions matrix `M`.
-    - `outputs`, `times`, `names`, `output_names`, `result`: as for `Sensitivity`.
+    - `outputs`, `times`, `names`, `output_names`, `result`, `accuracy`: as for
+      `Sensitivity`.
     """
 
     Y: Float[Array, "rows k"]

@@ -88,6 +88,11 @@ class Report(eqx.Module):
       (each with its largest component positive).
     - `noise_model`: whether the rows were weighted by a noise model (else sigma = 1);
       `n_data`: the number of rows (observed data).
+    - `profiles`: `{name: ji.Profile}` of the profiled parameters (`ji.analyze(...,
+      profile=...)`); `intervals`: `{name: ji.LikelihoodInterval}`
+      (`with_intervals`); `optima`: a multi-start fit's distinct optima, `(nll, fits,
+      theta)` each, and `locally_identifiable`: the parameters that differ between
+      them (`with_fit`).
     """
 
     name: str
