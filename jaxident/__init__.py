@@ -130,11 +130,9 @@ from ._model._base import (
     AbstractSensitivityMethod as AbstractSensitivityMethod,
     AlgebraicModel as AlgebraicModel,
     DAEModel as DAEModel,
-    DifferentiateSolver as DifferentiateSolver,
     Integrator as Integrator,
     ODEModel as ODEModel,
     ParameterDependence as ParameterDependence,
-    SensitivityEquations as SensitivityEquations,
 )
 from ._model._nonsmooth import (
     fsign as fsign,
@@ -183,6 +181,10 @@ from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report
 from ._runtime._results import RESULTS as RESULTS
 from ._solve._bdf import BDF as BDF
+from ._solve._forward import (
+    DifferentiateSolver as DifferentiateSolver,
+    SensitivityEquations as SensitivityEquations,
+)
 from ._solve._rosenbrock import Rodas4 as Rodas4
 from ._solve._simulate import simulate as simulate, Trajectory as Trajectory
 

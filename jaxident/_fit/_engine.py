@@ -3,6 +3,7 @@ jittable and vmappable), and the same Levenberg-Marquardt fit as three kernels t
 host loop runs a few steps at a time (progress and Ctrl-C between them). Jacobians come
 from the sensitivity engine (`forward_sensitivities`), as `ji.sensitivity`'s do."""
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -16,7 +17,7 @@ from jaxtyping import Array
 
 from .._model._base import Integrator
 from .._problem._measurements import box_transform, near_bound
-from .._solve._forward import forward_sensitivities
+from .._solve._forward import forward_sensitivities, sensitivity_method
 from .._solve._simulate import solve
 from ._solvers import LevenbergMarquardt, OptaxLD, outcome, run_steps
 
@@ -43,7 +44,7 @@ class _Model(NamedTuple):
 
 
 def _steering(integ: Integrator) -> Integrator:
-    return eqx.tree_at(lambda i: i.sensitivity, integ, integ.sensitivity.steering())
+    return dataclasses.replace(integ, sensitivity=sensitivity_method(integ).steering())
 
 
 def _fit_model(model, times, theta0, free, lower, upper, bounded, integ) -> _Model:

@@ -16,53 +16,21 @@ from ._parameters import Parameters, ParameterValues
 
 
 class AbstractSensitivityMethod(eqx.Module):
-    """How forward sensitivities are computed (an `Integrator`'s `sensitivity`).
-
-    - `with_state`: whether the sensitivity system is integrated together with the state
-      (the solve `_solve._forward` runs for it: one Newton matrix per step shared by
-      every direction), or the discretised solve is differentiated (`jax.jvp` through
-      diffrax).
-    - `steering()`: the method for the Jacobians that only steer a fit's steps (its
-      final Jacobian is computed with this one).
+    """How forward sensitivities are computed (an `Integrator`'s `sensitivity`): each
+    method carries its solve, `forward(model, theta, times, integrator, M, observed)`
+    -> `(y, Y, solved)`: the outputs (flat, time-major), their LD-derivatives along the
+    columns of `M`, and the solve's record. The methods are `ji.SensitivityEquations`
+    and `ji.DifferentiateSolver` (`_solve/_forward.py`: they need the solves, a layer
+    above the models). `steering()`: the method for the Jacobians that only steer a
+    fit's steps (its final Jacobian is computed with this one).
     """
 
-    with_state: eqx.AbstractClassVar[bool]
+    @abc.abstractmethod
+    def forward(self, model, theta, times, integrator, M, observed=None):
+        """`(y, Y, solved)` of `model` at `theta` and `times` along `M`."""
 
     def steering(self) -> "AbstractSensitivityMethod":
         return self
-
-
-class SensitivityEquations(AbstractSensitivityMethod):
-    """The sensitivity system integrated together with the state, so that the step-size
-    controller bounds the error of the sensitivities too (the default). With
-    LD-derivatives for nonsmooth models (Abdelfattah et al. 2024, Proposition 1); for
-    implicit solvers the Newton matrix of the state is factorized once per step and
-    shared by all parameter directions. The sensitivities are then accurate to a few
-    times `rtol`, also at kinks of `nabs`/`nmax`/`nmin`/`nmid`.
-
-    `error_control=False` leaves the sensitivities out of the error test (CVODES's
-    default, `errconS = SUNFALSE`): they ride on the steps the state alone needs, so
-    their error is not bounded by `rtol`. On the E. coli model that is 665 steps instead
-    of 1,778 and a third of the time, with errors of 1e-7 of a column against 1e-9 at
-    `rtol=1e-7`. A fit's Jacobians between its steps are computed so (they only steer
-    the steps); its final Jacobian, and every `ji.sensitivity`, with the integrator's
-    own setting."""
-
-    error_control: bool = eqx.field(default=True, static=True)
-    with_state: ClassVar[bool] = True
-
-    def steering(self) -> "SensitivityEquations":
-        return SensitivityEquations(error_control=False)
-
-
-class DifferentiateSolver(AbstractSensitivityMethod):
-    """Forward-mode differentiation of the discretised solve (`jax.jvp` through
-    `diffrax.diffeqsolve` with `adjoint=diffrax.ForwardMode()`): the exact derivative of
-    the numerical solution, whose step sizes the sensitivities do not influence. Often
-    a little faster; its error is not controlled (at a kink it can stay at 1e-5 whatever
-    `rtol`)."""
-
-    with_state: ClassVar[bool] = False
 
 
 class Integrator(eqx.Module):
@@ -74,15 +42,16 @@ class Integrator(eqx.Module):
       for non-stiff models; for stiff ones `ji.Rodas4()` (no Newton iteration: cheapest
       for small and medium systems, with sensitivities) or `diffrax.Kvaerno5()`.
     - `rtol`, `atol`: tolerances of the PID step-size controller. With the default
-      `sensitivity=SensitivityEquations()` the sensitivities are in the error test too,
+      `sensitivity` the sensitivities are in the error test too,
       so they are accurate to a few times `rtol` (see `Sensitivity.accuracy`). `atol`
       `None` (default): `rtol / 100` times each state's size (`state_scale`: its initial
       value, never above 1), so that a model in nanomoles is solved as accurately as the
       same model in moles; a number: that absolute tolerance for every state.
     - `max_steps`: the step cap; reaching it is an error (or a failure flag in a sweep).
-    - `sensitivity`: `SensitivityEquations()` (default: error-controlled sensitivities),
-      `SensitivityEquations(error_control=False)` (on the state's own steps) or
-      `DifferentiateSolver()`.
+    - `sensitivity`: how sensitivities are computed: `None` (default) for
+      `ji.SensitivityEquations()` (error-controlled sensitivities),
+      `ji.SensitivityEquations(error_control=False)` (on the state's own steps) or
+      `ji.DifferentiateSolver()`.
     - `dt0`: initial step; `None` lets the controller choose.
     - `algebraic_rtol`, `algebraic_atol`, `algebraic_max_steps`: the Newton solve that
       eliminates the algebraic variables of a `DAEModel` (optimistix).
@@ -102,7 +71,7 @@ class Integrator(eqx.Module):
     algebraic_rtol: float = 1e-12
     algebraic_atol: float = 1e-12
     algebraic_max_steps: int = 64
-    sensitivity: AbstractSensitivityMethod = SensitivityEquations()
+    sensitivity: AbstractSensitivityMethod | None = None
 
     def __check_init__(self):
         # (a re-solve at other tolerances sets them as arrays, concrete here)
@@ -121,7 +90,7 @@ class Integrator(eqx.Module):
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}.")
         if self.algebraic_max_steps < 1:
             raise ValueError(f"algebraic_max_steps must be >= 1, got {self.algebraic_max_steps}.")
-        if not isinstance(self.sensitivity, AbstractSensitivityMethod):
+        if not isinstance(self.sensitivity, AbstractSensitivityMethod | None):
             raise TypeError(
                 "sensitivity must be ji.SensitivityEquations() or ji.DifferentiateSolver(), "
                 f"got {self.sensitivity!r}."
