@@ -179,6 +179,7 @@ from ._problem._sensitivity import (
 )
 from ._report._analyze import analyze as analyze
 from ._report._result import Group as Group, Report as Report
+from ._runtime._host import SolveFailed as SolveFailed
 from ._runtime._results import RESULTS as RESULTS
 from ._solve._bdf import BDF as BDF
 from ._solve._forward import (
