@@ -270,25 +270,25 @@ def confirmed_mask(ref: Probe, probes, active) -> Bool[Array, " p"]:
 
 class LSERCResult(eqx.Module):
     """The result of the L-SERC test (Algorithm 1 of Abdelfattah et al. 2024) at a
-        parameter point.
+    parameter point.
 
-        **Fields:**
+    **Fields:**
 
-        - `names`: the parameter names.
-        - `reference`: the `Probe` at `theta` (primary and twin directions).
-        - `probes`: per level of singularity probing (stage S3), a batched `Probe` over the
-          points `theta +- eps_sing sum_k v_k(d)` for every direction `d` of the level
-          before (the null vectors `v_k(d)` in the parameters' units, each of unit norm);
-          `probes_active` says which points were probed because `d` was rank deficient (an
-          element of `D_sing`, as Algorithm 1 asks).
-        - `kinds`: per direction of `reference`, `"primary"` (stage S1) or `"twin"` (S2).
+    - `names`: the parameter names.
+    - `reference`: the `Probe` at `theta` (primary and twin directions).
+    - `probes`: per level of singularity probing (stage S3), a batched `Probe` over the
+      points `theta +- eps_sing sum_k v_k(d)` for every direction `d` of the level
+      before (the null vectors `v_k(d)` in the parameters' units, each of unit norm);
+      `probes_active` says which points were probed because `d` was rank deficient (an
+      element of `D_sing`, as Algorithm 1 asks).
+    - `kinds`: per direction of `reference`, `"primary"` (stage S1) or `"twin"` (S2).
     - `rank_rule`, `rref_tol`: the decision rules used.
 
-        **Properties:** `identifiable`, `non_identifiable` (at `theta`: the union of the rref
-        pivots over all directions), `isolated`, `pairwise` (`{name: partners}`),
-        `confirmed` (non-identifiable at `theta` and at every active probe whose solves
-        succeeded; `n_failed_probes` counts the others),
-        `identifiable_at_theta` (full rank in every direction).
+    **Properties:** `identifiable`, `non_identifiable` (at `theta`: the union of the rref
+    pivots over all directions), `isolated`, `pairwise` (`{name: partners}`),
+    `confirmed` (non-identifiable at `theta` and at every active probe whose solves
+    succeeded; `n_failed_probes` counts the others),
+    `identifiable_at_theta` (full rank in every direction).
     """
 
     names: tuple[str, ...] = eqx.field(static=True)

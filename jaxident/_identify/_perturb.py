@@ -98,22 +98,22 @@ def _analyse(model, t, response, integrator, w, key, q, P, throw):
 
 class PerturbationAnalysis(eqx.Module):
     """Adjoint/SCE analysis of the error a perturbation `delta p` induces in a response at
-        time `t` (from `ji.perturbation_analysis`).
+    time `t` (from `ji.perturbation_analysis`).
 
-        **Fields:**
+    **Fields:**
 
-        - `names`: the perturbable quantities `p` (initial states first, then parameters).
-        - `selected`: those in the admissible space (`delta p = P u`).
-        - `t`, `response` (a `ji.Response`), `n_out` (its dimension), `q`.
-        - `nominal`: `p` at which the model was linearised; `value`: the response there.
-        - `model`, `integrator`: what was analysed and how it was solved (for
+    - `names`: the perturbable quantities `p` (initial states first, then parameters).
+    - `selected`: those in the admissible space (`delta p = P u`).
+    - `t`, `response` (a `ji.Response`), `n_out` (its dimension), `q`.
+    - `nominal`: `p` at which the model was linearised; `value`: the response there.
+    - `model`, `integrator`: what was analysed and how it was solved (for
       `forward_error`).
     - `worst`: a `WorstDirection`: `estimate` (`E`, eq. 3.2), `direction` (`delta p*`),
-          `alphas` (`J^T z_j` from the `q` adjoint solves), `sigma`, `U`, `Z`.
+      `alphas` (`J^T z_j` from the `q` adjoint solves), `sigma`, `U`, `Z`.
 
-        **Methods:** `error_norm(dp)` (SCE estimate of `||eps(t)||` for any `dp`, no new
-        solve), `forward_error(dp)` (the exact linearised error by one forward-sensitivity
-        solve, for checks), `errors_along(k)`.
+    **Methods:** `error_norm(dp)` (SCE estimate of `||eps(t)||` for any `dp`, no new
+    solve), `forward_error(dp)` (the exact linearised error by one forward-sensitivity
+    solve, for checks), `errors_along(k)`.
     """
 
     names: tuple[str, ...] = eqx.field(static=True)

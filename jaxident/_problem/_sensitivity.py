@@ -15,7 +15,7 @@ from .._model._nonsmooth import directions_matrix as directions_matrix
 from .._model._parameters import box_units
 from .._runtime._config import solve_optimized
 from .._runtime._host import diagnosed, run_kernel
-from .._runtime._results import names as result_names, RESULTS, succeeded
+from .._runtime._results import checked, names as result_names, RESULTS, succeeded
 from .._solve._forward import accuracy, forward_sensitivities
 from .._solve._sensitivity_result import (
     Sensitivity as Sensitivity,
@@ -32,21 +32,16 @@ def _sensitivity(model, theta, times, integrator, scale, throw):
     y, S, solved = forward_sensitivities(
         model, theta, times, integrator, jnp.eye(p, dtype=theta.dtype)
     )
-    result = _checked(solved.result, jnp.all(jnp.isfinite(S)), RESULTS.nonfinite_sensitivity)
+    result = checked(solved.result, jnp.all(jnp.isfinite(S)), RESULTS.nonfinite_sensitivity)
     if scale is SensitivityScale.relative:
-        result = _checked(result, jnp.all(theta != 0), RESULTS.zero_parameter)
-        result = _checked(result, jnp.all(y != 0), RESULTS.zero_output)
+        result = checked(result, jnp.all(theta != 0), RESULTS.zero_parameter)
+        result = checked(result, jnp.all(y != 0), RESULTS.zero_output)
         S = S * theta[None, :] / jnp.where(y != 0, y, 1.0)[:, None]
     solved = solved._replace(result=result)
     if throw:  # (False, or the error mode: `run_kernel`)
         S = raise_if_failed(model, S, solved, integrator)
     S = jnp.where(solved.ok, S, jnp.asarray(jnp.nan, S.dtype))
     return S, y, result, status(solved)
-
-
-def _checked(result, good, failure):
-    """`result`, or `failure` where it succeeded but `good` does not hold."""
-    return RESULTS.where((result != RESULTS.successful) | good, result, failure)
 
 
 @diagnosed(solve_failure_point)
@@ -229,7 +224,7 @@ class LSensitivity(eqx.Module):
 @eqx.filter_jit
 def _ld_sensitivity(model, theta, times, M, first_is_direction, integrator, throw):
     y, Y, solved = forward_sensitivities(model, theta, times, integrator, M)
-    result = _checked(solved.result, jnp.all(jnp.isfinite(Y)), RESULTS.nonfinite_sensitivity)
+    result = checked(solved.result, jnp.all(jnp.isfinite(Y)), RESULTS.nonfinite_sensitivity)
     ok = result == RESULTS.successful
     if first_is_direction:
         L = Y[:, 1:]

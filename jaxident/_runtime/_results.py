@@ -90,11 +90,13 @@ def status_codes(result: RESULTS):
 def succeeded(result: RESULTS):
     """Whether each element of `result` is `successful`: a NumPy array for a concrete
     status, a JAX array under a trace."""
-    codes = enumeration_codes(result)
-    good = enumeration_codes(RESULTS.successful)
-    if isinstance(codes, jax.core.Tracer):
-        return codes == good
-    return np.asarray(codes) == np.asarray(good)
+    return status_codes(result) == status_codes(RESULTS.successful)
+
+
+def checked(result: RESULTS, good, failure: RESULTS) -> RESULTS:
+    """`result`, or `failure` where it succeeded but `good` (a scalar) does not hold:
+    a later check never hides an earlier failure."""
+    return RESULTS.where((result != RESULTS.successful) | good, result, failure)
 
 
 def message(result: RESULTS) -> str | None:
@@ -118,11 +120,3 @@ def names(result: RESULTS) -> list[str] | str:
     by_code = {int(status_codes(v)): k for k, v in enumeration_items(RESULTS).items()}
     codes = status_codes(result)
     return np.vectorize(lambda c: by_code[int(c)], otypes=[object])(codes).tolist()
-
-
-def from_names(names) -> RESULTS:
-    """The status written by `names`."""
-    codes = np.vectorize(lambda n: int(status_codes(getattr(RESULTS, n))), otypes=[np.int32])(
-        np.asarray(names, dtype=object)
-    )
-    return status_array(np.asarray(codes, np.int32))

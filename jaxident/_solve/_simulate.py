@@ -26,6 +26,8 @@ from .._model._dae import consistent_initial_values, dae_outputs, dae_vector_fie
 from .._model._transforms import time_warped
 from .._runtime._host import diagnosed, run_kernel
 from .._runtime._results import (
+    checked,
+    first_failure,
     items as result_items,
     names as result_names,
     promoted,
@@ -129,10 +131,11 @@ def failure_messages(name: str, dae: bool = False, integrator=None) -> list[str]
     ]  # fmt: skip
     special = {int(status_codes(promoted(k))): v for k, v in special}
     out = [""] * len(RESULTS)
+    solvers = result_items(diffrax.RESULTS)
     for key, item in result_items().items():
         i = int(status_codes(item))
         m = RESULTS[item] or "the solver failed"
-        if key not in result_items(diffrax.RESULTS):  # ours: what the message says
+        if key not in solvers:  # ours: what the message says
             out[i] = m
             continue
         text = special.get(i) or f"{m} {_advice(solver)}"
@@ -599,9 +602,7 @@ def solved(states, ys, seg: Segments, init_ok, finite) -> Solved:
     values were consistent and what must be finite is (`finite`), the states and
     outputs NaN elsewhere."""
     result = RESULTS.where(init_ok, promoted(seg.result), RESULTS.inconsistent_initial_values)
-    result = RESULTS.where(
-        (result != RESULTS.successful) | finite, result, RESULTS.nonfinite_output
-    )
+    result = checked(result, finite, RESULTS.nonfinite_output)
     ok = result == RESULTS.successful
     ys = jnp.where(ok, ys, jnp.asarray(jnp.nan, ys.dtype))
     states = jax.tree.map(lambda x: jnp.where(ok, x, jnp.asarray(jnp.nan, x.dtype)), states)
@@ -695,9 +696,10 @@ def raise_if_failed(model, x, solved: Solved, integrator=None):
 
 def failure_message(model, solved: Solved, integrator=None) -> str | None:
     """The same message on the host, from a concrete status (or `None`)."""
-    codes = np.ravel(status_codes(solved.result))
-    bad = codes[codes != int(status_codes(RESULTS.successful))]
-    return _messages(model, integrator)[int(bad[0])] if bad.size else None
+    first = first_failure(solved.result)
+    if bool(succeeded(first)):
+        return None
+    return _messages(model, integrator)[int(status_codes(first))]
 
 
 def status(solved: Solved) -> Solved:

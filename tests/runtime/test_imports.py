@@ -245,14 +245,19 @@ PROBLEM_FORKS = {
 }
 
 
-def _functions(extra: str = ""):
-    """Every function of the package as `(module, node)`, with `extra` source appended
-    to `jaxident._fit._multistart` (a planted case)."""
+def _nodes(kinds: tuple, extra: str = ""):
+    """Every node of the package of one of `kinds` as `(module, node)`, with `extra`
+    source appended to `jaxident._fit._multistart` (a planted case)."""
     for mod, f in _modules().items():
         tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
-        for fn in ast.walk(tree):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield mod, fn
+        for node in ast.walk(tree):
+            if isinstance(node, kinds):
+                yield mod, node
+
+
+def _functions(extra: str = ""):
+    """Every function of the package as `(module, node)` (`extra`: see `_nodes`)."""
+    return _nodes((ast.FunctionDef, ast.AsyncFunctionDef), extra)
 
 
 def _problem_forks(extra: str = "") -> set:
@@ -461,15 +466,11 @@ def _status_fields(extra: str = "") -> set:
     an `eqx.Module`'s, a dataclass's or a `NamedTuple`'s) named as a status flag, with
     `extra` source appended to `jaxident._fit._multistart` (a planted case)."""
     out = set()
-    for mod, f in _modules().items():
-        tree = ast.parse(f.read_text() + (extra if mod == "jaxident._fit._multistart" else ""))
-        for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            for node in cls.body:
-                name = getattr(getattr(node, "target", None), "id", None)
-                if isinstance(node, ast.AnnAssign) and name in STATUS_FIELDS:
-                    out.add((mod, cls.name, name))
+    for mod, cls in _nodes((ast.ClassDef,), extra):
+        for node in cls.body:
+            name = getattr(getattr(node, "target", None), "id", None)
+            if isinstance(node, ast.AnnAssign) and name in STATUS_FIELDS:
+                out.add((mod, cls.name, name))
     return out
 
 
