@@ -6,15 +6,16 @@ descent and a search.
 The work: weighted least squares of a model with data (`ji.estimate(model, data,
 solver=...)`, the residual form every stepwise re-estimation runs), from the same
 Latin-hypercube starts (on the log scale, a factor `--spread` either side of the nominal
-values), one start at a time, compiled once per solver before timing. Cases: the
-alpha-pinene isomerisation with its published data (Box et al. 1973; the COPS
-benchmark's optimum has a residual sum of squares of 19.872), and the SEIR model on
-data simulated with 5 % noise. Reported per solver: the wall time of all starts
-(median of `--repeats`, with the spread), the starts that reached the best cost found by
-any solver (within 1e-6 of it, relative), the median of the steps taken and the model
-solves they cost (a trial point of ours is a plain solve, its derivatives computed only
-where the step is accepted; optimistix linearises the residuals at every trial point:
-one forward-sensitivity solve each).
+values), compiled once per solver and way before timing: the starts one at a time, and
+all of them in one `vmap` (in lockstep with the slowest). Cases: the alpha-pinene
+isomerisation with its published data (Box et al. 1973; the COPS benchmark's optimum
+has a residual sum of squares of 19.872), and the SEIR model on data simulated with
+5 % noise. Reported per solver and way: the wall time of all starts (median of
+`--repeats`, with the spread), the starts that reached the best cost found by any
+solver (within 1e-6 of it, relative), and the median of the steps taken (a trial point
+of ours is a plain solve, its derivatives computed only where the step is accepted;
+optimistix linearises the residuals at every trial point: one forward-sensitivity
+solve each).
 
     python benchmarks/bench_lm.py --starts 20 --repeats 3
 """
@@ -52,15 +53,20 @@ def starts(model, n: int, spread: float, key) -> np.ndarray:
     return nominal * spread**u
 
 
-def run(model, data, times, points, solver, max_steps: int) -> list[tuple]:
-    """`(cost, steps, ok)` of the fit from each point, one at a time."""
-    out = []
-    for theta0 in points:
+def run(model, data, times, points, solver, max_steps: int, batch: bool) -> list[tuple]:
+    """`(cost, steps)` of the fit from each point: one at a time, or with `batch` all
+    of them in one `vmap` (in lockstep with the slowest)."""
+
+    def fit(theta0):
         est = ji.estimate(model, data, times, theta0=theta0, solver=solver,
                           max_steps=max_steps, throw=False)  # fmt: skip
-        cost = float(jnp.sum(jnp.where(jnp.isnan(est.residuals), 0.0, est.residuals) ** 2))
-        out.append((cost, int(est.steps), bool(est.ok)))
-    return out
+        r = jnp.where(jnp.isnan(est.residuals), 0.0, est.residuals)
+        return jnp.sum(r**2, axis=-1), est.steps
+
+    if batch:
+        cost, steps = jax.jit(jax.vmap(fit))(jnp.asarray(points))
+        return list(zip(np.asarray(cost).tolist(), np.asarray(steps).tolist()))
+    return [tuple(float(a) for a in fit(theta0)) for theta0 in points]
 
 
 def main():
@@ -77,29 +83,33 @@ def main():
     }
     print(f"{platform.processor() or platform.machine()}, jax {jax.__version__}, "
           f"{args.starts} starts, median of {args.repeats} repeats")  # fmt: skip
-    print("| case | solver | time (s) [min, max] | at best | median steps | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| case | solver | how | time (s) [min, max] | at best | median steps | ratio |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.cases.split(","):
         key = jax.random.key(0)
         model, data, times = case(name, key)
         points = starts(model, args.starts, args.spread, jax.random.fold_in(key, 1))
         found, times_s = {}, {}
         for label, solver in solvers.items():
-            run(model, data, times, points[:1], solver, args.max_steps)  # compile
-            walls = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                found[label] = run(model, data, times, points, solver, args.max_steps)
-                walls.append(time.perf_counter() - t0)
-            times_s[label] = walls
-        best = min(c for rows in found.values() for c, _, _ in rows if np.isfinite(c))
-        base = float(np.median(times_s["ji.LevenbergMarquardt()"]))
-        for label, rows in found.items():
-            walls = times_s[label]
-            at = sum(abs(c - best) <= 1e-6 * abs(best) for c, _, _ in rows)
-            steps = int(np.median([s for _, s, _ in rows]))
+            for how in ("one at a time", "vmap"):
+                batch = how == "vmap"
+                run(model, data, times, points[: args.starts if batch else 1], solver,
+                    args.max_steps, batch)  # compile  # fmt: skip
+                walls = []
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    found[label, how] = run(model, data, times, points, solver,
+                                            args.max_steps, batch)  # fmt: skip
+                    walls.append(time.perf_counter() - t0)
+                times_s[label, how] = walls
+        best = min(c for rows in found.values() for c, _ in rows if np.isfinite(c))
+        base = float(np.median(times_s["ji.LevenbergMarquardt()", "one at a time"]))
+        for (label, how), rows in found.items():
+            walls = times_s[label, how]
+            at = sum(abs(c - best) <= 1e-6 * abs(best) for c, _ in rows)
+            steps = int(np.median([s for _, s in rows]))
             med = float(np.median(walls))
-            print(f"| {name} (best {best:.6g}) | {label} | {med:.2f} [{min(walls):.2f}, "
+            print(f"| {name} (best {best:.6g}) | {label} | {how} | {med:.2f} [{min(walls):.2f}, "
                   f"{max(walls):.2f}] | {at} of {len(rows)} | {steps} | "
                   f"{med / base:.2f}x |")  # fmt: skip
 
